@@ -1,0 +1,418 @@
+"""Configuration: one frozen dataclass per stage, composed into `PipelineConfig`.
+
+Sources, applied in order: the dataclass defaults, a preset (`smoke`, `demo`,
+`full`), a TOML file, then dotted overrides such as `ppo.kl_coef=0.05`. Unknown
+keys, values of the wrong type and out-of-range values are `ConfigError`s that name
+the key (and the file, when the value came from one). The resolved config, every
+default included, is written to `RUN/config.toml`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal, Optional, Union, get_args, get_origin
+
+from rlhflab.worlds.reviews import WorldConfig
+
+
+class ConfigError(ValueError):
+    """A config key is unknown, or its value has the wrong type or range."""
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Stage 1: a tiny causal LM trained from scratch on the world's corpus."""
+
+    steps: int = 600
+    """Optimizer steps."""
+    lr: float = 3e-3
+    """Peak AdamW learning rate (linear warm-up, cosine decay to 10%)."""
+    batch_size: int = 64
+    """Reviews per step."""
+    warmup_steps: int = 30
+    """Steps of linear learning-rate warm-up."""
+    weight_decay: float = 0.01
+    """AdamW weight decay on matrices (not on biases, norms or embeddings)."""
+    corpus_size: int = 20000
+    """Reviews sampled from the grammar for training."""
+    val_size: int = 500
+    """Held-out reviews for `lm/val_loss`."""
+    eval_every: int = 100
+    """Steps between validation-loss and grammaticality evaluations."""
+    eval_samples: int = 256
+    """Reviews sampled from the model to measure `lm/grammatical_rate`."""
+    n_layer: int = 4
+    """Transformer blocks."""
+    n_embd: int = 128
+    """Hidden size."""
+    n_head: int = 4
+    """Attention heads."""
+    n_positions: int = 64
+    """Context length in tokens; prompt plus response must fit."""
+    dropout: float = 0.0
+    """Dropout in embeddings, attention and residuals (0 keeps rollouts and training forwards identical)."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip."""
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Stage 2: a scalar reward model trained with the Bradley-Terry loss."""
+
+    pairs: int = 4000
+    """Labelled comparisons of stage-1 samples used for training."""
+    val_pairs: int = 500
+    """Labelled comparisons held out for `rm/val_acc`."""
+    gold_pairs: int = 500
+    """Fresh comparisons on held-out prompts for `rm/gold_agreement` (against gold, not labels)."""
+    epochs: int = 2
+    """Passes over the training pairs."""
+    lr: float = 5e-4
+    """Peak AdamW learning rate (linear warm-up over 5% of steps, linear decay)."""
+    batch_size: int = 64
+    """Pairs per step."""
+    weight_decay: float = 0.01
+    """AdamW weight decay on matrices."""
+    sample_temperature: float = 1.0
+    """Temperature of the stage-1 samples that are compared."""
+    response_length: int = 32
+    """Maximum tokens of a sampled response (same default as PPO's)."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip."""
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Stage 3: PPO against the reward model with a per-token KL penalty to the reference."""
+
+    iterations: int = 80
+    """Rollout-then-update iterations."""
+    batch_size: int = 64
+    """Rollouts (prompt, response) per iteration."""
+    response_length: int = 32
+    """Maximum new tokens per response."""
+    epochs: int = 4
+    """Passes over each rollout batch."""
+    minibatches: int = 4
+    """Minibatches per epoch; batch_size must divide evenly."""
+    lr: float = 3e-4
+    """Adam learning rate of policy and value head (constant)."""
+    kl_coef: float = 0.05
+    """Initial KL penalty coefficient beta (fixed unless kl_target is set)."""
+    kl_target: Optional[float] = None
+    """Target per-sequence KL in nats; when set, beta adapts (Ziegler et al. 2019)."""
+    kl_horizon: int = 10000
+    """Horizon of the adaptive KL controller, in rollouts."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k1"
+    """Per-token KL estimator used in the reward penalty."""
+    clip_eps: float = 0.2
+    """Policy ratio clip range."""
+    value_clip_eps: float = 0.2
+    """Value clip range around the rollout values."""
+    vf_coef: float = 0.1
+    """Weight of the value loss."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus (0 disables it)."""
+    gamma: float = 1.0
+    """Discount factor."""
+    lam: float = 0.95
+    """GAE lambda."""
+    temperature: float = 1.0
+    """Sampling temperature; logprobs are computed at the same temperature."""
+    whiten_advantages: bool = True
+    """Normalise advantages to zero mean and unit variance per batch."""
+    normalize_reward: bool = True
+    """Standardise reward-model scores with the mean/std saved with the reward model."""
+    missing_eos_penalty: float = 1.0
+    """Subtracted from the score of a response that ends without EOS."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip."""
+    eval_prompts: int = 256
+    """Held-out prompts on which the stage-1 model and the final policy are compared."""
+    samples_per_iteration: int = 4
+    """Responses written to samples/ppo.jsonl each iteration."""
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """All three stages on the embedded `reviews` world."""
+
+    seed: int = 0
+    """Seed of every random stream (data, init, sampling)."""
+    world: WorldConfig = field(default_factory=WorldConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+
+
+SECTIONS = ("world", "pretrain", "reward", "ppo")
+
+# Presets are overrides on top of the defaults (the defaults are the demo preset).
+PRESETS: dict[str, dict[str, Any]] = {
+    "demo": {},
+    "smoke": {
+        "pretrain.steps": 150,
+        "pretrain.corpus_size": 4000,
+        "pretrain.val_size": 200,
+        "pretrain.eval_every": 50,
+        "pretrain.eval_samples": 64,
+        "pretrain.lr": 5e-3,
+        "pretrain.n_layer": 2,
+        "pretrain.n_embd": 64,
+        "reward.pairs": 800,
+        "reward.val_pairs": 128,
+        "reward.gold_pairs": 128,
+        "reward.lr": 1e-3,
+        "ppo.iterations": 12,
+        "ppo.batch_size": 32,
+        "ppo.minibatches": 2,
+        "ppo.lr": 1e-3,
+        "ppo.eval_prompts": 64,
+    },
+    "full": {
+        "pretrain.steps": 2000,
+        "pretrain.corpus_size": 60000,
+        "pretrain.n_layer": 6,
+        "pretrain.n_embd": 192,
+        "pretrain.n_head": 6,
+        "reward.pairs": 12000,
+        "reward.epochs": 3,
+        "ppo.iterations": 300,
+        "ppo.batch_size": 128,
+        "ppo.eval_prompts": 512,
+    },
+}
+
+_RANGES: dict[str, tuple[float, float]] = {
+    # key: (low, high), inclusive; anything numeric not listed must be >= 0.
+    "ppo.clip_eps": (1e-6, 10.0),
+    "ppo.gamma": (0.0, 1.0),
+    "ppo.lam": (0.0, 1.0),
+    "ppo.temperature": (1e-3, 100.0),
+    "pretrain.dropout": (0.0, 0.9),
+}
+_POSITIVE = {
+    "pretrain.steps", "pretrain.lr", "pretrain.batch_size", "pretrain.corpus_size",
+    "pretrain.val_size", "pretrain.eval_every", "pretrain.eval_samples", "pretrain.n_layer",
+    "pretrain.n_embd", "pretrain.n_head", "pretrain.n_positions", "reward.pairs",
+    "reward.val_pairs", "reward.gold_pairs", "reward.epochs", "reward.lr",
+    "reward.batch_size", "reward.response_length", "reward.sample_temperature",
+    "ppo.iterations", "ppo.batch_size", "ppo.response_length", "ppo.epochs",
+    "ppo.minibatches", "ppo.lr", "ppo.kl_target", "ppo.kl_horizon", "ppo.eval_prompts",
+}
+
+
+def _section_types() -> dict[str, type]:
+    return {f.name: f.default_factory for f in fields(PipelineConfig) if f.name in SECTIONS}  # type: ignore[misc]
+
+
+def _field_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(key: str, raw: Any, hint: Any, source: str) -> Any:
+    """Convert `raw` (a TOML value or an override string) to the field's type."""
+    where = f"{source}: {key}" if source else key
+    origin = get_origin(hint)
+    if origin is Literal:
+        choices = get_args(hint)
+        if raw not in choices:
+            raise ConfigError(f"{where} = {raw!r}: expected one of {', '.join(map(repr, choices))}")
+        return raw
+    if origin in (Union, types.UnionType):
+        args = [a for a in get_args(hint) if a is not type(None)]
+        if raw is None or (isinstance(raw, str) and raw.lower() in ("none", "null", "")):
+            return None
+        return _coerce(key, raw, args[0], source)
+    if hint is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in ("true", "1", "yes", "false", "0", "no"):
+            return raw.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{where} = {raw!r}: expected true or false")
+    if hint is int:
+        if isinstance(raw, bool):
+            raise ConfigError(f"{where} = {raw!r}: expected an integer")
+        if isinstance(raw, int):
+            return raw
+        if isinstance(raw, float) and raw.is_integer():
+            return int(raw)
+        if isinstance(raw, str):
+            try:
+                value = float(raw)
+            except ValueError:
+                value = math.nan
+            if value.is_integer():
+                return int(value)
+        raise ConfigError(f"{where} = {raw!r}: expected an integer")
+    if hint is float:
+        if isinstance(raw, bool):
+            raise ConfigError(f"{where} = {raw!r}: expected a number")
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where} = {raw!r}: expected a number") from None
+        if not math.isfinite(value):
+            raise ConfigError(f"{where} = {raw!r}: expected a finite number")
+        return value
+    if hint is str:
+        return str(raw)
+    raise ConfigError(f"{where}: unsupported field type {hint!r}")  # pragma: no cover
+
+
+def _check_range(key: str, value: Any, source: str) -> None:
+    if value is None or isinstance(value, (bool, str)):
+        return
+    where = f"{source}: {key}" if source else key
+    if key in _RANGES:
+        low, high = _RANGES[key]
+        if not low <= value <= high:
+            raise ConfigError(f"{where} = {value}: expected a value in [{low}, {high}]")
+    elif key in _POSITIVE:
+        if value <= 0:
+            raise ConfigError(f"{where} = {value}: expected a value > 0")
+    elif value < 0:
+        raise ConfigError(f"{where} = {value}: expected a value >= 0")
+
+
+def apply_overrides(config: PipelineConfig, overrides: dict[str, Any], source: str = "") -> PipelineConfig:
+    """Return a copy of `config` with dotted keys (`ppo.kl_coef`) set, each coerced and checked."""
+    sections = {name: getattr(config, name) for name in SECTIONS}
+    top: dict[str, Any] = {}
+    for key, raw in overrides.items():
+        parts = key.split(".")
+        if len(parts) == 1:
+            if key != "seed":
+                raise ConfigError(_unknown(key, source, ["seed", *SECTIONS]))
+            top["seed"] = _coerce(key, raw, int, source)
+            _check_range(key, top["seed"], source)
+            continue
+        if len(parts) != 2 or parts[0] not in sections:
+            raise ConfigError(_unknown(key, source, ["seed", *SECTIONS]))
+        section_name, name = parts
+        section = sections[section_name]
+        hints = _field_hints(type(section))
+        if name not in hints:
+            raise ConfigError(_unknown(key, source, [f"{section_name}.{n}" for n in hints]))
+        value = _coerce(key, raw, hints[name], source)
+        _check_range(key, value, source)
+        try:
+            sections[section_name] = replace(section, **{name: value})
+        except ValueError as err:  # a section's own __post_init__ check
+            raise ConfigError(f"{source + ': ' if source else ''}{key} = {value!r}: {err}") from None
+    resolved = replace(config, **sections, **top)
+    _check_consistency(resolved)
+    return resolved
+
+
+def _unknown(key: str, source: str, known: list[str]) -> str:
+    where = f"{source}: " if source else ""
+    return f"{where}unknown config key {key!r}; known keys: {', '.join(known)}"
+
+
+def _check_consistency(config: PipelineConfig) -> None:
+    ppo, pre = config.ppo, config.pretrain
+    if ppo.batch_size % ppo.minibatches:
+        raise ConfigError(
+            f"ppo.batch_size = {ppo.batch_size} must be divisible by ppo.minibatches = {ppo.minibatches}"
+        )
+    if pre.n_embd % pre.n_head:
+        raise ConfigError(f"pretrain.n_embd = {pre.n_embd} must be divisible by pretrain.n_head = {pre.n_head}")
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """Split `key=value` (the CLI form) into its two halves."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected key=value, e.g. ppo.kl_coef=0.05")
+    key, value = text.split("=", 1)
+    return key.strip(), value.strip()
+
+
+def flatten_toml(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """Turn `{ppo: {kl_coef: 0.1}}` into `{"ppo.kl_coef": 0.1}`."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            for sub, inner in value.items():
+                if isinstance(inner, dict):
+                    raise ConfigError(f"{source}: [{key}.{sub}] nested tables are not config keys")
+                flat[f"{key}.{sub}"] = inner
+        else:
+            flat[key] = value
+    return flat
+
+
+def load_config(
+    preset: str = "demo",
+    config_file: Path | None = None,
+    overrides: list[str] | dict[str, Any] | None = None,
+) -> PipelineConfig:
+    """Defaults, then the preset, then the TOML file, then the dotted overrides."""
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
+    config = apply_overrides(PipelineConfig(), PRESETS[preset], source=f"preset {preset}")
+    if config_file is not None:
+        config = apply_overrides(config, read_toml(config_file), source=str(config_file))
+    if overrides:
+        pairs = overrides if isinstance(overrides, dict) else dict(parse_override(o) for o in overrides)
+        config = apply_overrides(config, pairs, source="override")
+    return config
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Read a config TOML file into flat dotted keys; a syntax error names the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: invalid TOML: {err}") from None
+    return flatten_toml(data, str(path))
+
+
+def to_toml(config: PipelineConfig) -> str:
+    """Every field written out; unset optional fields appear as a comment."""
+    lines = ["# rlhflab resolved config: every default written out", f"seed = {config.seed}", ""]
+    for section_name in SECTIONS:
+        section = getattr(config, section_name)
+        lines.append(f"[{section_name}]")
+        for f in fields(section):
+            value = getattr(section, f.name)
+            if value is None:
+                lines.append(f"# {f.name} is unset")
+            else:
+                lines.append(f"{f.name} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    raise TypeError(f"cannot write {value!r} to TOML")  # pragma: no cover
+
+
+def save_config(config: PipelineConfig, path: Path) -> None:
+    Path(path).write_text(to_toml(config), encoding="utf-8")
+
+
+def config_from_run(run_dir: Path) -> PipelineConfig:
+    """The resolved config a run was made with (its `config.toml`)."""
+    return apply_overrides(PipelineConfig(), read_toml(Path(run_dir) / "config.toml"), source=str(run_dir))
+
+
+def as_dict(config: PipelineConfig) -> dict[str, Any]:
+    return dataclasses.asdict(config)

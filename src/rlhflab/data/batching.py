@@ -1,0 +1,52 @@
+"""Token batches: prompts left-padded (so generation appends on the right), responses
+right-padded, and the two concatenated as `[prompt | response]` for training forwards."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedTokenizerBase
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str]) -> tuple[Tensor, Tensor]:
+    """`<bos> prompt` per row, left-padded. Returns ids (B, P) and mask (B, P), True = real."""
+    rows = [[tokenizer.bos_token_id, *tokenizer.encode(p, add_special_tokens=False)] for p in prompts]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row) :] = torch.tensor(row)
+        mask[i, width - len(row) :] = True
+    return ids, mask
+
+
+def encode_texts(
+    tokenizer: PreTrainedTokenizerBase, texts: list[str], max_len: int
+) -> tuple[Tensor, Tensor]:
+    """`<bos> text <eos>` per row, right-padded and cut at `max_len`. Returns ids, mask (B, L)."""
+    rows = [
+        [tokenizer.bos_token_id, *tokenizer.encode(t, add_special_tokens=False), tokenizer.eos_token_id][:max_len]
+        for t in texts
+    ]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = True
+    return ids, mask
+
+
+def join_prompt_response(
+    prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, mask: Tensor
+) -> tuple[Tensor, Tensor]:
+    """`[prompt | response]` ids and attention mask. (B, P) + (B, T) -> (B, P + T)"""
+    return torch.cat([prompt_ids, response_ids], dim=1), torch.cat([prompt_mask, mask], dim=1)
+
+
+def decode_responses(tokenizer: PreTrainedTokenizerBase, response_ids: Tensor, mask: Tensor) -> list[str]:
+    """Response text without EOS or padding."""
+    return [
+        tokenizer.decode(ids[row_mask].tolist(), skip_special_tokens=True).strip()
+        for ids, row_mask in zip(response_ids, mask)
+    ]

@@ -1,0 +1,60 @@
+"""Forward passes over `[left-padded prompt | right-padded response]` batches.
+
+Every per-token quantity of a response (logprobs, values, entropy) comes from this one
+place, so sampling-time and training-time numbers are computed the same way. Logits at
+position `t` predict token `t + 1`: the response token `j` (absolute position `P + j`)
+is scored by the logits at position `P + j - 1`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rlhflab.ppo.losses import logprobs_from_logits
+
+
+def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
+    """Positions counted over real tokens only, so left padding does not shift them. (B, L)"""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def response_logits(
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    prompt_len: int,
+    temperature: float,
+    output_hidden_states: bool = False,
+):
+    """Logits (B, T, V) scoring the T response tokens, divided by the sampling temperature.
+
+    Args:
+        input_ids: (B, P + T) prompt (left-padded) then response (right-padded).
+        attention_mask: (B, P + T) True for real tokens.
+        prompt_len: P.
+    Returns the logits and, when asked, the last hidden states aligned with them (B, T, H).
+    """
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask.long(),
+        position_ids=position_ids_from_mask(attention_mask),
+        output_hidden_states=output_hidden_states,
+        use_cache=False,
+    )
+    # (B, P + T, V) -> (B, T, V): drop the last position, keep those predicting responses.
+    logits = out.logits[:, prompt_len - 1 : -1] / temperature
+    hidden = out.hidden_states[-1][:, prompt_len - 1 : -1] if output_hidden_states else None
+    return logits, hidden
+
+
+def response_logprobs(
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    prompt_len: int,
+    temperature: float,
+) -> Tensor:
+    """Log pi(response token | prefix) at `temperature`. (B, T)"""
+    logits, _ = response_logits(model, input_ids, attention_mask, prompt_len, temperature)
+    return logprobs_from_logits(logits, input_ids[:, prompt_len:])

@@ -1,0 +1,44 @@
+"""Causal language models: build a tiny GPT-2 from a config, load and save HF dirs.
+
+Weights are always written as safetensors (`save_pretrained` default) and loaded with
+`use_safetensors=True`, so no pickle is read from a user path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, PreTrainedModel
+from transformers import PreTrainedTokenizerBase
+
+from rlhflab.config import PretrainConfig
+
+
+def build_tiny_lm(tokenizer: PreTrainedTokenizerBase, config: PretrainConfig, seed: int) -> GPT2LMHeadModel:
+    """A GPT-2 (Radford et al. 2019) sized by `config`, randomly initialised under `seed`."""
+    model_config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=config.n_positions,
+        n_embd=config.n_embd,
+        n_layer=config.n_layer,
+        n_head=config.n_head,
+        resid_pdrop=config.dropout,
+        embd_pdrop=config.dropout,
+        attn_pdrop=config.dropout,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(model_config)
+
+
+def load_causal_lm(path: Path) -> PreTrainedModel:
+    """Load any local `AutoModelForCausalLM` directory (safetensors only)."""
+    return AutoModelForCausalLM.from_pretrained(str(path), use_safetensors=True)
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,71 @@
+"""Ancestral sampling with a KV cache from left-padded prompts.
+
+Pure temperature sampling (no top-k/top-p), as the PPO objective assumes: the policy
+being optimised is exactly the distribution that is sampled (Ziegler et al. 2019 sample
+at T=1). Rows that emitted EOS keep being fed a pad token, masked out afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rlhflab.models.forward import position_ids_from_mask
+
+
+@dataclass(frozen=True)
+class Samples:
+    response_ids: Tensor  # (B, T) right-padded with pad_id after EOS
+    mask: Tensor  # (B, T) True for real response tokens, EOS included
+    logprobs: Tensor  # (B, T) log-probabilities at sampling time, 0 on padding
+    has_eos: Tensor  # (B,) True if the response ended with EOS
+
+
+@torch.no_grad()
+def sample_responses(
+    model: torch.nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    max_new_tokens: int,
+    temperature: float,
+    eos_id: int,
+    pad_id: int,
+    generator: torch.Generator,
+) -> Samples:
+    """Sample up to `max_new_tokens` per prompt. prompt_ids/prompt_mask: (B, P), left-padded."""
+    batch = prompt_ids.shape[0]
+    attention = prompt_mask.long()
+    positions = position_ids_from_mask(prompt_mask)
+    out = model(input_ids=prompt_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+    cache = out.cache
+    logits = out.logits[:, -1]  # (B, V)
+    finished = torch.zeros(batch, dtype=torch.bool, device=prompt_ids.device)
+    tokens, logprobs, real = [], [], []
+    next_position = positions[:, -1:] + 1
+    for step in range(max_new_tokens):
+        log_p = torch.log_softmax(logits.float() / temperature, dim=-1)
+        token = torch.multinomial(log_p.exp(), 1, generator=generator).squeeze(-1)  # (B,)
+        token = torch.where(finished, torch.full_like(token, pad_id), token)
+        real.append(~finished)
+        logprobs.append(torch.where(finished, 0.0, log_p.gather(-1, token[:, None]).squeeze(-1)))
+        tokens.append(token)
+        finished = finished | (token == eos_id)
+        if bool(finished.all()) or step == max_new_tokens - 1:
+            break
+        attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
+        out = model(
+            input_ids=token[:, None],
+            attention_mask=attention,
+            position_ids=next_position,
+            cache=cache,
+            use_cache=True,
+        )
+        cache = out.cache
+        logits = out.logits[:, -1]
+        next_position = next_position + 1
+    response_ids = torch.stack(tokens, dim=1)
+    mask = torch.stack(real, dim=1)
+    has_eos = ((response_ids == eos_id) & mask).any(dim=1)
+    return Samples(response_ids, mask, torch.stack(logprobs, dim=1), has_eos)

@@ -1,0 +1,49 @@
+"""The policy with a scalar value head on its last hidden state (shared trunk).
+
+One forward gives both the policy logits and the values, as in Ziegler et al. 2019
+(lm-human-preferences uses a separate trunk; we share it to halve the cost on CPU and
+keep the value loss weighted by `vf_coef`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from rlhflab.models.forward import response_logits
+
+VALUE_HEAD_FILE = "value_head.safetensors"
+
+
+class PolicyWithValue(nn.Module):
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+        hidden = lm.config.hidden_size
+        self.value_head = nn.Linear(hidden, 1)
+        # Zero init: the first value estimates are 0, so early advantages are the rewards.
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, prompt_len: int, temperature: float
+    ) -> tuple[Tensor, Tensor]:
+        """Response logits (B, T, V) at `temperature` and values (B, T)."""
+        logits, hidden = response_logits(
+            self.lm, input_ids, attention_mask, prompt_len, temperature, output_hidden_states=True
+        )
+        values = self.value_head(hidden).squeeze(-1)
+        return logits, values
+
+    def save(self, out_dir: Path, tokenizer=None) -> None:
+        out_dir = Path(out_dir)
+        self.lm.save_pretrained(str(out_dir))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(out_dir))
+        save_file({k: v.contiguous() for k, v in self.value_head.state_dict().items()}, str(out_dir / VALUE_HEAD_FILE))
+
+    def load_value_head(self, path: Path) -> None:
+        self.value_head.load_state_dict(load_file(str(path)))

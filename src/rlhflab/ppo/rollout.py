@@ -1,0 +1,128 @@
+"""Experience making: sample responses from the policy, then record in one batch the
+policy's logprobs and values, the reference's logprobs and the reward model's score.
+
+The old logprobs are recomputed in the same padded forward the update uses (not taken
+from the sampler's incremental KV-cache passes), so the first minibatch of the first
+epoch has a policy/old ratio of exactly 1 (Huang et al. 2023, "The N Implementation
+Details of RLHF with PPO", detail on logprob recomputation). The sampler's own logprobs
+are kept for the checkup, which compares the two.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor
+
+from rlhflab.data.batching import decode_responses, encode_prompts, join_prompt_response
+from rlhflab.models.forward import response_logprobs
+from rlhflab.models.reward_model import score_sequences
+from rlhflab.models.sampling import sample_responses
+from rlhflab.ppo.losses import logprobs_from_logits
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One batch of experience. B = rollouts, P = prompt width, T = response width."""
+
+    prompts: list[str]  # B prompt texts
+    responses: list[str]  # B response texts (no EOS, no padding)
+    prompt_ids: Tensor  # (B, P) long, left-padded `<bos> prompt`
+    prompt_mask: Tensor  # (B, P) bool, True for real prompt tokens
+    response_ids: Tensor  # (B, T) long, right-padded after EOS
+    mask: Tensor  # (B, T) bool, True for real response tokens, EOS included
+    sampled_logprobs: Tensor  # (B, T) logprobs seen by the sampler (KV-cache path)
+    logprobs: Tensor  # (B, T) policy logprobs recomputed before the update (the "old" logprobs)
+    ref_logprobs: Tensor  # (B, T) frozen reference logprobs
+    values: Tensor  # (B, T) value estimates before the update
+    proxy: Tensor  # (B,) reward-model score, standardised when configured
+    scores: Tensor  # (B,) score used in the reward: proxy minus the missing-EOS penalty
+    has_eos: Tensor  # (B,) bool, response ended with EOS
+
+    @property
+    def input_ids(self) -> Tensor:
+        return torch.cat([self.prompt_ids, self.response_ids], dim=1)  # (B, P + T)
+
+    @property
+    def attention_mask(self) -> Tensor:
+        return torch.cat([self.prompt_mask, self.mask], dim=1)  # (B, P + T)
+
+    @property
+    def prompt_len(self) -> int:
+        return self.prompt_ids.shape[1]
+
+    def select(self, index: Tensor) -> "Rollout":
+        """The rows in `index` (for minibatches)."""
+        picked = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            picked[f.name] = [value[i] for i in index.tolist()] if isinstance(value, list) else value[index]
+        return Rollout(**picked)
+
+
+@dataclass(frozen=True)
+class RewardFunction:
+    """The reward model plus the standardisation and EOS penalty applied to its score."""
+
+    model: torch.nn.Module
+    mean: float
+    std: float
+    normalize: bool
+    missing_eos_penalty: float
+
+    @torch.no_grad()
+    def __call__(self, input_ids: Tensor, attention_mask: Tensor, has_eos: Tensor) -> tuple[Tensor, Tensor]:
+        raw = score_sequences(self.model, input_ids, attention_mask)
+        proxy = (raw - self.mean) / self.std if self.normalize else raw
+        # Penalise truncated responses (TRL `missing_eos_penalty`; Huang et al. 2023).
+        scores = proxy - self.missing_eos_penalty * (~has_eos).float()
+        return proxy, scores
+
+
+@torch.no_grad()
+def make_rollout(
+    policy,
+    reference,
+    reward: RewardFunction,
+    tokenizer,
+    prompts: list[str],
+    response_length: int,
+    temperature: float,
+    generator: torch.Generator,
+    timings: dict[str, float] | None = None,
+) -> Rollout:
+    timings = {} if timings is None else timings
+    start = time.perf_counter()
+    policy.eval()
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts)
+    samples = sample_responses(
+        policy.lm, prompt_ids, prompt_mask, response_length, temperature,
+        tokenizer.eos_token_id, tokenizer.pad_token_id, generator,
+    )
+    timings["rollout"] = time.perf_counter() - start
+    start = time.perf_counter()
+    input_ids, attention_mask = join_prompt_response(prompt_ids, prompt_mask, samples.response_ids, samples.mask)
+    P = prompt_ids.shape[1]
+    logits, values = policy(input_ids, attention_mask, P, temperature)
+    logprobs = logprobs_from_logits(logits, samples.response_ids)
+    ref_logprobs = response_logprobs(reference, input_ids, attention_mask, P, temperature)
+    proxy, scores = reward(input_ids, attention_mask, samples.has_eos)
+    zero = ~samples.mask
+    timings["score"] = time.perf_counter() - start
+    return Rollout(
+        prompts=list(prompts),
+        responses=decode_responses(tokenizer, samples.response_ids, samples.mask),
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=samples.response_ids,
+        mask=samples.mask,
+        sampled_logprobs=samples.logprobs,
+        logprobs=logprobs.masked_fill(zero, 0.0),
+        ref_logprobs=ref_logprobs.masked_fill(zero, 0.0),
+        values=values.masked_fill(zero, 0.0),
+        proxy=proxy,
+        scores=scores,
+        has_eos=samples.has_eos,
+    )

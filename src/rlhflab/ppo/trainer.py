@@ -1,0 +1,240 @@
+"""Stage 3: PPO fine-tuning of the policy against the reward model (Schulman et al. 2017;
+Ziegler et al. 2019; Stiennon et al. 2020), with a per-token KL penalty to the frozen
+stage-1 model.
+
+The loop is composed of replaceable components (`PPOComponents`); the defaults are the
+correct implementations, and a fault is a documented wrong replacement for one of them.
+Every metric of the update is averaged over all minibatches and epochs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from rlhflab.config import PipelineConfig, PPOConfig
+from rlhflab.metrics.diversity import distinct_n, self_bleu
+from rlhflab.metrics.stats import explained_variance, masked_mean
+from rlhflab.models.lm import load_causal_lm
+from rlhflab.models.reward_model import load_reward_model, reward_normalizer
+from rlhflab.models.value_head import PolicyWithValue
+from rlhflab.ppo import advantages as adv_math
+from rlhflab.ppo import losses
+from rlhflab.ppo.evaluation import evaluate_policy
+from rlhflab.ppo.kl import AdaptiveKLController, FixedKLController, KLController, kl_estimate
+from rlhflab.ppo.rollout import RewardFunction, Rollout, make_rollout
+from rlhflab.progress import progress_bar
+from rlhflab.runs import RunDir, append_jsonl, stage_logger, write_json
+from rlhflab.seeding import derive_seed, torch_generator
+from rlhflab.worlds.reviews import ReviewsWorld
+
+
+def kl_controller_from_config(config: PPOConfig) -> KLController:
+    """Adaptive (Ziegler et al. 2019) when a target is set, otherwise fixed."""
+    if config.kl_target is not None:
+        return AdaptiveKLController(config.kl_coef, config.kl_target, config.kl_horizon)
+    return FixedKLController(config.kl_coef)
+
+
+@dataclass(frozen=True)
+class PPOComponents:
+    """The parts of the loop a fault may replace; defaults are the correct ones."""
+
+    shape_rewards: Callable = adv_math.shape_rewards
+    gae: Callable = adv_math.gae
+    whiten: Callable = adv_math.whiten
+    policy_loss: Callable = losses.policy_loss
+    value_loss: Callable = losses.value_loss
+    make_kl_controller: Callable[[PPOConfig], KLController] = kl_controller_from_config
+
+
+@dataclass
+class PPOState:
+    """What one PPO iteration reads and updates."""
+
+    config: PPOConfig
+    policy: PolicyWithValue
+    reference: torch.nn.Module
+    reward: RewardFunction
+    tokenizer: object
+    optimizer: torch.optim.Optimizer
+    controller: KLController
+    components: PPOComponents = field(default_factory=PPOComponents)
+
+
+@dataclass(frozen=True)
+class Advantages:
+    rewards: Tensor  # (B, T) per-token reward: -kl_coef * kl, plus the score at the last token
+    kl: Tensor  # (B, T) per-token KL estimate used in the penalty
+    advantages: Tensor  # (B, T) GAE advantages, whitened when configured
+    raw_advantages: Tensor  # (B, T) before whitening
+    returns: Tensor  # (B, T) value targets
+
+
+def compute_advantages(state: PPOState, rollout: Rollout) -> Advantages:
+    c, cfg = state.components, state.config
+    rewards, kl = c.shape_rewards(
+        rollout.scores, rollout.logprobs, rollout.ref_logprobs, rollout.mask,
+        state.controller.value, cfg.kl_estimator,
+    )
+    raw, returns = c.gae(rewards, rollout.values, rollout.mask, cfg.gamma, cfg.lam)
+    advantages = c.whiten(raw, rollout.mask) if cfg.whiten_advantages else raw
+    return Advantages(rewards, kl, advantages, raw, returns)
+
+
+def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: torch.Generator) -> dict[str, float]:
+    """`epochs` passes of `minibatches` clipped-PPO steps over one rollout batch."""
+    cfg, c = state.config, state.components
+    totals: dict[str, float] = {}
+    ratio_max, n = 0.0, 0
+    batch = len(rollout.prompts)
+    size = batch // cfg.minibatches
+    # The policy stays in eval mode: dropout off in rollout and update alike, so the
+    # first ratio is exactly 1 (Huang et al. 2023, "disable dropout").
+    for _ in range(cfg.epochs):
+        order = torch.randperm(batch, generator=generator)
+        for start in range(0, batch, size):
+            index = order[start : start + size]
+            mb = rollout.select(index)
+            logits, values = state.policy(mb.input_ids, mb.attention_mask, mb.prompt_len, cfg.temperature)
+            logprobs = losses.logprobs_from_logits(logits, mb.response_ids)
+            pg_loss, pg = c.policy_loss(logprobs, mb.logprobs, adv.advantages[index], mb.mask, cfg.clip_eps)
+            vf_loss, vf = c.value_loss(values, mb.values, adv.returns[index], mb.mask, cfg.value_clip_eps)
+            entropy = masked_mean(losses.entropy_from_logits(logits), mb.mask)
+            loss = pg_loss + cfg.vf_coef * vf_loss - cfg.entropy_coef * entropy
+            state.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(state.policy.parameters(), cfg.max_grad_norm)
+            state.optimizer.step()
+            step_metrics = {
+                "policy/loss": float(pg_loss),
+                "value/loss": float(vf_loss),
+                "policy/entropy": float(entropy),
+                "policy/approxkl": float(pg.approxkl),
+                "policy/clipfrac": float(pg.clipfrac),
+                "policy/ratio_mean": float(pg.ratio_mean),
+                "policy/grad_norm": float(grad_norm),
+                "value/clipfrac": float(vf.clipfrac),
+            }
+            for key, value in step_metrics.items():
+                totals[key] = totals.get(key, 0.0) + value
+            ratio_max = max(ratio_max, float(pg.ratio_max))
+            n += 1
+    return {key: value / n for key, value in totals.items()} | {"policy/ratio_max": ratio_max}
+
+
+def ppo_iteration(state: PPOState, prompts: list[str], generator: torch.Generator) -> tuple[Rollout, dict[str, float]]:
+    """One PPO iteration: rollout, score, advantages, update, KL-controller step."""
+    timings: dict[str, float] = {}
+    rollout = make_rollout(
+        state.policy, state.reference, state.reward, state.tokenizer, prompts,
+        state.config.response_length, state.config.temperature, generator, timings,
+    )
+    start = time.perf_counter()
+    adv = compute_advantages(state, rollout)
+    timings["advantages"] = time.perf_counter() - start
+    kl_coef = state.controller.value
+    start = time.perf_counter()
+    update = ppo_update(state, rollout, adv, generator)
+    timings["update"] = time.perf_counter() - start
+    metrics = rollout_metrics(rollout, adv, kl_coef) | update
+    state.controller.update(metrics["kl/mean"], len(prompts))
+    metrics |= {
+        "lr": state.optimizer.param_groups[0]["lr"],
+        "time/rollout_s": timings["rollout"],
+        "time/score_s": timings["score"],
+        "time/advantages_s": timings["advantages"],
+        "time/train_s": timings["update"],
+    }
+    return rollout, metrics
+
+
+def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[str, float]:
+    """Reward, KL, advantage and response statistics of one rollout batch (before the update)."""
+    mask = rollout.mask
+    kl_sum = (adv.kl * mask).sum(1)  # (B,) per-sequence KL with the penalty's estimator
+    log_ratio = (rollout.logprobs - rollout.ref_logprobs) * mask
+    k1 = log_ratio.sum(1)
+    k3 = (kl_estimate(rollout.logprobs, rollout.ref_logprobs, "k3") * mask).sum(1)
+    lengths = mask.sum(1).float()
+    return {
+        "reward/proxy_mean": float(rollout.proxy.mean()),
+        "reward/proxy_std": float(rollout.proxy.std()),
+        "reward/score_mean": float(rollout.scores.mean()),
+        "reward/total_mean": float((rollout.scores - kl_coef * kl_sum).mean()),
+        "kl/mean": float(k1.mean()),
+        "kl/k3_mean": float(k3.mean()),
+        "kl/coef": kl_coef,
+        "adv/mean": float(masked_mean(adv.raw_advantages, mask)),
+        "adv/std": float(masked_mean((adv.raw_advantages - masked_mean(adv.raw_advantages, mask)) ** 2, mask).sqrt()),
+        "value/explained_variance": explained_variance(rollout.values, adv.returns, mask),
+        "response/length_mean": float(lengths.mean()),
+        "response/eos_rate": float(rollout.has_eos.float().mean()),
+        "response/distinct_1": distinct_n(rollout.responses, 1),
+        "response/distinct_2": distinct_n(rollout.responses, 2),
+        "response/self_bleu": self_bleu(rollout.responses),
+        "tokens/generated": float(mask.sum()),
+    }
+
+
+def load_ppo_state(config: PipelineConfig, run: RunDir, components: PPOComponents) -> PPOState:
+    cfg = config.ppo
+    torch.manual_seed(derive_seed(config.seed, "ppo-init"))
+    tokenizer = ReviewsWorld(config.world).tokenizer()
+    policy = PolicyWithValue(load_causal_lm(run.stage1_lm))
+    reference = load_causal_lm(run.stage1_lm).eval().requires_grad_(False)
+    reward_model = load_reward_model(run.stage2_rm).eval().requires_grad_(False)
+    mean, std = reward_normalizer(reward_model)
+    reward = RewardFunction(reward_model, mean, std, cfg.normalize_reward, cfg.missing_eos_penalty)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
+    return PPOState(cfg, policy, reference, reward, tokenizer, optimizer, components.make_kl_controller(cfg), components)
+
+
+def run_ppo(
+    config: PipelineConfig,
+    run: RunDir,
+    components: PPOComponents = PPOComponents(),
+    show_progress: bool = True,
+) -> dict[str, dict[str, float]]:
+    """Train, log `metrics/ppo.jsonl` and `samples/ppo.jsonl`, save the policy, and
+    compare the stage-1 model with the final policy on held-out prompts."""
+    cfg = config.ppo
+    world = ReviewsWorld(config.world)
+    state = load_ppo_state(config, run, components)
+    eval_prompts = world.prompts(cfg.eval_prompts, derive_seed(config.seed, "eval-prompts"))
+    evaluate = lambda lm: evaluate_policy(  # noqa: E731
+        lm, state.reference, state.reward, world, state.tokenizer, eval_prompts,
+        cfg.response_length, cfg.temperature, torch_generator(config.seed, "eval-sampling"),
+    )
+    before = evaluate(state.policy.lm)
+    generator = torch_generator(config.seed, "ppo", "sampling")
+    logger = stage_logger(run, "ppo")
+    run.samples("ppo").unlink(missing_ok=True)
+    with progress_bar("stage 3 ppo", cfg.iterations, show_progress) as bar:
+        for step in range(cfg.iterations):
+            prompts = world.prompts(cfg.batch_size, derive_seed(config.seed, "ppo-prompts", str(step)))
+            rollout, metrics = ppo_iteration(state, prompts, generator)
+            gold = world.gold(rollout.prompts, rollout.responses)
+            metrics["reward/gold_mean"] = sum(gold) / len(gold)
+            logger.log(step, metrics)
+            _log_samples(run, step, rollout, gold, cfg.samples_per_iteration)
+            bar.advance(info=f"proxy {metrics['reward/proxy_mean']:+.2f} gold {metrics['reward/gold_mean']:+.2f} kl {metrics['kl/mean']:.2f}")
+    logger.close()
+    after = evaluate(state.policy.lm)
+    state.policy.save(run.stage3_policy, state.tokenizer)
+    summary = {"stage1": before, "policy": after}
+    write_json(run.root / "metrics" / "eval.json", summary)
+    return summary
+
+
+def _log_samples(run: RunDir, step: int, rollout: Rollout, gold: list[float], n: int) -> None:
+    append_jsonl(run.samples("ppo"), [
+        {"step": step, "prompt": rollout.prompts[i], "response": rollout.responses[i],
+         "proxy": float(rollout.proxy[i]), "gold": gold[i]}
+        for i in range(min(n, len(rollout.prompts)))
+    ])

@@ -1,0 +1,180 @@
+"""The run directory (layout in DESIGN.md) and the metrics writers.
+
+Metrics go to `RUN/metrics/<stage>.jsonl`, one JSON object per logged step, flushed
+line by line so a crash loses at most the line being written; the same scalars go to
+TensorBoard event files under `RUN/tensorboard/<stage>` when tensorboard is importable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Paths of one run; creating the object creates nothing on disk."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.toml"
+
+    @property
+    def world(self) -> Path:
+        return self.root / "world"
+
+    @property
+    def stage1_lm(self) -> Path:
+        return self.root / "stage1_lm"
+
+    @property
+    def stage2_rm(self) -> Path:
+        return self.root / "stage2_rm"
+
+    @property
+    def stage3_policy(self) -> Path:
+        return self.root / "stage3_policy"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def diagnosis(self) -> Path:
+        return self.root / "diagnosis.json"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.html"
+
+    def metrics(self, stage: str) -> Path:
+        return self.root / "metrics" / f"{stage}.jsonl"
+
+    def samples(self, stage: str) -> Path:
+        return self.root / "samples" / f"{stage}.jsonl"
+
+    def tensorboard(self, stage: str) -> Path:
+        return self.root / "tensorboard" / stage
+
+    def create(self) -> "RunDir":
+        for sub in ("metrics", "samples", "checkpoints"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        return self
+
+
+class MetricsLogger(Protocol):
+    def log(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NullLogger:
+    """A logger that drops everything, so callers never test `if logger:`."""
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _jsonable(value: Any) -> Any:
+    # JSON has no NaN/Inf; write them as null so every line stays valid JSON.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class JsonlLogger:
+    """Writes `{"step": s, **metrics}` lines to a JSONL file, flushed per line.
+
+    A new stage run starts the file afresh; `append=True` continues it (resume)."""
+
+    def __init__(self, path: Path, append: bool = False) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("a" if append else "w", encoding="utf-8")
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        record = {"step": step, **{k: _jsonable(float(v)) for k, v in metrics.items()}}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class TensorBoardLogger:
+    """The same scalars as TensorBoard events (optional dependency)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(log_dir=str(log_dir))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            self._writer.add_scalar(key, float(value), global_step=step)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class MultiLogger:
+    def __init__(self, *loggers: MetricsLogger) -> None:
+        self._loggers = loggers
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for logger in self._loggers:
+            logger.log(step, metrics)
+
+    def close(self) -> None:
+        for logger in self._loggers:
+            logger.close()
+
+
+def stage_logger(run: RunDir, stage: str, tensorboard: bool = True) -> MetricsLogger:
+    """JSONL (always) plus TensorBoard (when importable) for one stage."""
+    loggers: list[MetricsLogger] = [JsonlLogger(run.metrics(stage))]
+    if tensorboard:
+        try:
+            loggers.append(TensorBoardLogger(run.tensorboard(stage)))
+        except ImportError:
+            pass
+    return MultiLogger(*loggers)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read a JSONL file; a malformed line is an error naming the file and line."""
+    records = []
+    with Path(path).open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: invalid JSON ({err.msg})") from None
+    return records
+
+
+def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (temp file, then rename)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,132 @@
+"""Stage 1: train a tiny causal LM from scratch on the world's corpus (next-token
+cross-entropy over `<bos> review <eos>`), the policy the RL loop starts from and the
+frozen reference of the KL penalty."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from rlhflab.config import PipelineConfig, PretrainConfig
+from rlhflab.data.batching import decode_responses, encode_prompts, encode_texts
+from rlhflab.models.lm import build_tiny_lm, count_parameters
+from rlhflab.models.sampling import sample_responses
+from rlhflab.progress import progress_bar
+from rlhflab.runs import RunDir, stage_logger
+from rlhflab.seeding import derive_seed, torch_generator
+from rlhflab.worlds.reviews import ReviewsWorld
+
+
+@dataclass(frozen=True)
+class PretrainResult:
+    parameters: int
+    train_loss: float
+    val_loss: float
+    grammatical_rate: float
+    seconds: float
+
+
+def lm_loss(model: torch.nn.Module, ids: Tensor, mask: Tensor) -> Tensor:
+    """Mean next-token cross-entropy over real target tokens. ids/mask: (B, L)"""
+    logits = model(input_ids=ids, attention_mask=mask.long(), use_cache=False).logits  # (B, L, V)
+    targets = ids[:, 1:].masked_fill(~mask[:, 1:], -100)
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+
+
+def lr_at(step: int, config: PretrainConfig) -> float:
+    """Linear warm-up, then cosine decay to 10% of the peak."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on matrices only (biases, norms and embeddings are not decayed)."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        (decay if param.ndim >= 2 and "wte" not in name and "wpe" not in name else no_decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+@torch.no_grad()
+def grammatical_rate_of_samples(model, tokenizer, world: ReviewsWorld, n: int, max_len: int, seed: int) -> float:
+    """Sample `n` reviews from `<bos>` and return the fraction of their sentences that parse."""
+    model.eval()
+    ids, mask = encode_prompts(tokenizer, [""] * n)
+    samples = sample_responses(
+        model, ids, mask, max_len - 1, 1.0, tokenizer.eos_token_id, tokenizer.pad_token_id,
+        torch_generator(seed, "pretrain", "grammar-samples"),
+    )
+    return world.grammatical_rate(decode_responses(tokenizer, samples.response_ids, samples.mask))
+
+
+def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True) -> PretrainResult:
+    cfg = config.pretrain
+    start = time.perf_counter()
+    world = ReviewsWorld(config.world)
+    tokenizer = world.tokenizer()
+    world.save(run.world)
+    corpus = world.corpus(cfg.corpus_size, derive_seed(config.seed, "corpus"))
+    val = world.corpus(cfg.val_size, derive_seed(config.seed, "val-corpus"))
+    (run.world / "corpus_sample.txt").write_text("\n".join(corpus[:200]) + "\n", encoding="utf-8")
+
+    train_ids, train_mask = encode_texts(tokenizer, corpus, cfg.n_positions)
+    val_ids, val_mask = encode_texts(tokenizer, val, cfg.n_positions)
+    model = build_tiny_lm(tokenizer, cfg, derive_seed(config.seed, "lm-init"))
+    optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95))
+    batches = torch_generator(config.seed, "pretrain", "batches")
+    logger = stage_logger(run, "pretrain")
+    train_loss = val_loss = grammatical = math.nan
+    with progress_bar("stage 1 pretrain", cfg.steps, show_progress) as bar:
+        for step in range(cfg.steps):
+            model.train()
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, cfg)
+            index = torch.randint(0, len(corpus), (cfg.batch_size,), generator=batches)
+            ids, mask = _trim(train_ids[index], train_mask[index])
+            loss = lm_loss(model, ids, mask)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            train_loss = float(loss)
+            metrics = {"lm/train_loss": train_loss, "lr": lr_at(step, cfg)}
+            if (step + 1) % cfg.eval_every == 0 or step == cfg.steps - 1:
+                val_loss = _val_loss(model, val_ids, val_mask)
+                grammatical = grammatical_rate_of_samples(
+                    model, tokenizer, world, cfg.eval_samples, cfg.n_positions, derive_seed(config.seed, str(step))
+                )
+                metrics |= {"lm/val_loss": val_loss, "lm/grammatical_rate": grammatical}
+            logger.log(step, metrics)
+            bar.advance(info=f"loss {train_loss:.3f}")
+    logger.close()
+    model.eval()
+    model.save_pretrained(str(run.stage1_lm))
+    tokenizer.save_pretrained(str(run.stage1_lm))
+    return PretrainResult(count_parameters(model), train_loss, val_loss, grammatical, time.perf_counter() - start)
+
+
+def _trim(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Drop padding columns that no row in the batch uses."""
+    width = int(mask.sum(1).max())
+    return ids[:, :width], mask[:, :width]
+
+
+@torch.no_grad()
+def _val_loss(model, ids: Tensor, mask: Tensor, batch_size: int = 256) -> float:
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(ids), batch_size):
+        b_ids, b_mask = _trim(ids[i : i + batch_size], mask[i : i + batch_size])
+        n = int(b_mask[:, 1:].sum())
+        total += float(lm_loss(model, b_ids, b_mask)) * n
+        count += n
+    return total / count
