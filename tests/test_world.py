@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -168,16 +167,6 @@ def test_same_seed_same_output(seed: int) -> None:
     assert a.corpus(20, seed) == b.corpus(20, seed)
     assert a.prompts(20, seed) == b.prompts(20, seed)
     assert a.grammar.vocabulary == b.grammar.vocabulary
-
-
-def test_corpus_is_fast(world: ReviewsWorld) -> None:
-    # The pipeline draws ~20k reviews at start and scores 64-256 texts per PPO step.
-    start = time.perf_counter()
-    texts = world.corpus(20000, seed=0)
-    assert time.perf_counter() - start < 5.0
-    start = time.perf_counter()
-    world.gold([""] * 256, texts[:256])
-    assert time.perf_counter() - start < 1.0
 
 
 def test_different_seeds_differ(world: ReviewsWorld) -> None:

@@ -65,18 +65,20 @@ class PretrainConfig:
 class RewardConfig:
     """Stage 2: a scalar reward model trained with the Bradley-Terry loss."""
 
-    pairs: int = 4000
-    """Labelled comparisons of stage-1 samples used for training."""
-    val_pairs: int = 500
+    pairs: int = 18000
+    """Labelled comparisons of stage-1 samples used for training (all pairs of K responses per prompt)."""
+    responses_per_prompt: int = 4
+    """K: stage-1 samples per prompt; every one of their K(K-1)/2 pairs is labelled."""
+    val_pairs: int = 1200
     """Labelled comparisons held out for `rm/val_acc`."""
-    gold_pairs: int = 500
+    gold_pairs: int = 1200
     """Fresh comparisons on held-out prompts for `rm/gold_agreement` (against gold, not labels)."""
     epochs: int = 2
     """Passes over the training pairs."""
-    lr: float = 5e-4
+    lr: float = 2e-3
     """Peak AdamW learning rate (linear warm-up over 5% of steps, linear decay)."""
-    batch_size: int = 64
-    """Pairs per step."""
+    batch_size: int = 32
+    """Prompts per step, each with its K responses and all their pairs."""
     weight_decay: float = 0.01
     """AdamW weight decay on matrices."""
     sample_temperature: float = 1.0
@@ -103,8 +105,8 @@ class PPOConfig:
     """Minibatches per epoch; batch_size must divide evenly."""
     lr: float = 3e-4
     """Adam learning rate of policy and value head (constant)."""
-    kl_coef: float = 0.05
-    """Initial KL penalty coefficient beta (fixed unless kl_target is set)."""
+    kl_coef: float = 0.2
+    """Initial KL penalty coefficient beta per nat (fixed unless kl_target is set); rewards are standardised, so it is relative to one reward std."""
     kl_target: Optional[float] = None
     """Target per-sequence KL in nats; when set, beta adapts (Ziegler et al. 2019)."""
     kl_horizon: int = 10000
@@ -165,9 +167,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "pretrain.lr": 5e-3,
         "pretrain.n_layer": 2,
         "pretrain.n_embd": 64,
-        "reward.pairs": 800,
-        "reward.val_pairs": 128,
-        "reward.gold_pairs": 128,
+        "reward.pairs": 2400,
+        "reward.val_pairs": 300,
+        "reward.gold_pairs": 300,
         "reward.lr": 1e-3,
         "ppo.iterations": 12,
         "ppo.batch_size": 32,
@@ -181,7 +183,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "pretrain.n_layer": 6,
         "pretrain.n_embd": 192,
         "pretrain.n_head": 6,
-        "reward.pairs": 12000,
+        "reward.pairs": 48000,
         "reward.epochs": 3,
         "ppo.iterations": 300,
         "ppo.batch_size": 128,
@@ -202,7 +204,7 @@ _POSITIVE = {
     "pretrain.val_size", "pretrain.eval_every", "pretrain.eval_samples", "pretrain.n_layer",
     "pretrain.n_embd", "pretrain.n_head", "pretrain.n_positions", "reward.pairs",
     "reward.val_pairs", "reward.gold_pairs", "reward.epochs", "reward.lr",
-    "reward.batch_size", "reward.response_length", "reward.sample_temperature",
+    "reward.batch_size", "reward.response_length", "reward.responses_per_prompt", "reward.sample_temperature",
     "ppo.iterations", "ppo.batch_size", "ppo.response_length", "ppo.epochs",
     "ppo.minibatches", "ppo.lr", "ppo.kl_target", "ppo.kl_horizon", "ppo.eval_prompts",
 }
@@ -322,6 +324,8 @@ def _check_consistency(config: PipelineConfig) -> None:
         raise ConfigError(
             f"ppo.batch_size = {ppo.batch_size} must be divisible by ppo.minibatches = {ppo.minibatches}"
         )
+    if config.reward.responses_per_prompt < 2:
+        raise ConfigError(f"reward.responses_per_prompt = {config.reward.responses_per_prompt}: expected at least 2")
     if pre.n_embd % pre.n_head:
         raise ConfigError(f"pretrain.n_embd = {pre.n_embd} must be divisible by pretrain.n_head = {pre.n_head}")
 

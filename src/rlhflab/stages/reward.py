@@ -28,28 +28,38 @@ from rlhflab.worlds.reviews import ReviewsWorld, SimulatedLabeler
 
 @dataclass(frozen=True)
 class Comparisons:
-    """Pairs of responses to one prompt each; row i of `first` and `second` share a prompt."""
+    """K responses to each of N prompts, and the labeler's choice for every pair of them.
 
-    first_ids: Tensor  # (N, L) [prompt | response], mixed left/right padding
-    first_mask: Tensor  # (N, L) True for real tokens
-    second_ids: Tensor  # (N, L)
-    second_mask: Tensor  # (N, L)
-    first_preferred: Tensor  # (N,) bool, the labeler's choice
-    first_gold: Tensor  # (N,) gold utility of the first response
-    second_gold: Tensor  # (N,)
-    first_length: Tensor  # (N,) response tokens
-    second_length: Tensor  # (N,)
+    Labelling all C(K, 2) pairs of K responses, and scoring the K responses once for
+    all their pairs, follows Ouyang et al. 2022 (sec. 3.5): more comparisons per
+    forward, and no pair seen in two places (less overfitting).
+    """
+
+    ids: Tensor  # (N, K, L) [prompt | response], mixed left/right padding
+    mask: Tensor  # (N, K, L) True for real tokens
+    gold: Tensor  # (N, K) gold utility of each response
+    lengths: Tensor  # (N, K) response tokens
+    pairs: Tensor  # (C, 2) long: the response indices (i, j), i < j, of each pair
+    first_preferred: Tensor  # (N, C) bool: the labeler preferred response pairs[c, 0]
 
     def __len__(self) -> int:
-        return len(self.first_preferred)
+        return self.ids.shape[0]
 
-    def chosen_rejected(self, index: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        pick = self.first_preferred[index, None]
-        chosen = torch.where(pick, self.first_ids[index], self.second_ids[index])
-        chosen_mask = torch.where(pick, self.first_mask[index], self.second_mask[index])
-        rejected = torch.where(pick, self.second_ids[index], self.first_ids[index])
-        rejected_mask = torch.where(pick, self.second_mask[index], self.first_mask[index])
-        return chosen, chosen_mask, rejected, rejected_mask
+    @property
+    def comparisons(self) -> int:
+        return self.first_preferred.numel()
+
+    def select(self, index: Tensor) -> "Comparisons":
+        return Comparisons(self.ids[index], self.mask[index], self.gold[index], self.lengths[index],
+                           self.pairs, self.first_preferred[index])
+
+
+def pair_scores(scores: Tensor, pairs: Tensor, first_preferred: Tensor) -> tuple[Tensor, Tensor]:
+    """Scores of the chosen and rejected response of every pair. (N, K) -> (N*C,), (N*C,)"""
+    first, second = scores[:, pairs[:, 0]], scores[:, pairs[:, 1]]  # (N, C)
+    chosen = torch.where(first_preferred, first, second)
+    rejected = torch.where(first_preferred, second, first)
+    return chosen.flatten(), rejected.flatten()
 
 
 @dataclass(frozen=True)
@@ -66,40 +76,39 @@ class RewardResult:
 
 @torch.no_grad()
 def sample_comparisons(
-    policy, tokenizer, world: ReviewsWorld, prompts: list[str], response_length: int,
-    temperature: float, labeler_seed: int, generator: torch.Generator, batch_size: int = 512,
+    policy, tokenizer, world: ReviewsWorld, prompts: list[str], responses_per_prompt: int,
+    response_length: int, temperature: float, labeler_seed: int, generator: torch.Generator,
+    batch_size: int = 1024,
 ) -> Comparisons:
-    """Two stage-1 samples per prompt, labelled by the simulated labeler."""
+    """K stage-1 samples per prompt; the simulated labeler labels every pair."""
     policy.eval()
+    K = responses_per_prompt
     labeler_rng = py_rng(labeler_seed, "labeler")
     labeler = SimulatedLabeler(world.grammar, world.config)
-    halves: list[list[tuple[Tensor, Tensor, list[str], Tensor]]] = [[], []]
-    for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start : start + batch_size]
+    repeated = [p for p in prompts for _ in range(K)]  # prompt i at rows i*K .. i*K+K-1
+    rows, texts, lengths = [], [], []
+    for start in range(0, len(repeated), batch_size):
+        chunk = repeated[start : start + batch_size]
         prompt_ids, prompt_mask = encode_prompts(tokenizer, chunk)
-        for half in halves:
-            s = sample_responses(
-                policy, prompt_ids, prompt_mask, response_length, temperature,
-                tokenizer.eos_token_id, tokenizer.pad_token_id, generator,
-            )
-            ids, mask = join_prompt_response(prompt_ids, prompt_mask, s.response_ids, s.mask)
-            half.append((ids, mask, decode_responses(tokenizer, s.response_ids, s.mask), s.mask.sum(1)))
-    (a_ids, a_mask, a_text, a_len), (b_ids, b_mask, b_text, b_len) = (_stack(h) for h in halves)
-    gold_a = torch.tensor(world.gold(prompts, a_text))
-    gold_b = torch.tensor(world.gold(prompts, b_text))
-    preferred = torch.tensor(
-        [labeler.prefers_first(p, a, b, labeler_rng) for p, a, b in zip(prompts, a_text, b_text)]
-    )
-    return Comparisons(a_ids, a_mask, b_ids, b_mask, preferred, gold_a, gold_b, a_len, b_len)
-
-
-def _stack(parts):
-    width = max(p[0].shape[1] for p in parts)
-    ids = torch.cat([_pad_right(p[0], width, 0) for p in parts])
-    mask = torch.cat([_pad_right(p[1], width, False) for p in parts])
-    texts = [t for p in parts for t in p[2]]
-    lengths = torch.cat([p[3] for p in parts])
-    return ids, mask, texts, lengths
+        s = sample_responses(
+            policy, prompt_ids, prompt_mask, response_length, temperature,
+            tokenizer.eos_token_id, tokenizer.pad_token_id, generator,
+        )
+        rows.append(join_prompt_response(prompt_ids, prompt_mask, s.response_ids, s.mask))
+        texts += decode_responses(tokenizer, s.response_ids, s.mask)
+        lengths.append(s.mask.sum(1))
+    width = max(ids.shape[1] for ids, _ in rows)
+    ids = torch.cat([_pad_right(i, width, tokenizer.pad_token_id) for i, _ in rows])
+    mask = torch.cat([_pad_right(m, width, False) for _, m in rows])
+    gold = torch.tensor(world.gold(repeated, texts))
+    pairs = torch.tensor([(i, j) for i in range(K) for j in range(i + 1, K)], dtype=torch.long)
+    preferred = torch.tensor([
+        [labeler.prefers_first(p, texts[n * K + i], texts[n * K + j], labeler_rng) for i, j in pairs.tolist()]
+        for n, p in enumerate(prompts)
+    ], dtype=torch.bool)
+    N = len(prompts)
+    return Comparisons(ids.view(N, K, -1), mask.view(N, K, -1), gold.view(N, K),
+                       torch.cat(lengths).view(N, K), pairs, preferred)
 
 
 def _pad_right(x: Tensor, width: int, value) -> Tensor:
@@ -122,42 +131,52 @@ def pearson(x: Tensor, y: Tensor) -> float:
     return float((x * y).sum()) / denominator if denominator > 0 else math.nan
 
 
+def group_scores(model, c: Comparisons) -> Tensor:
+    """Scores of every response. (N, K)"""
+    N, K, L = c.ids.shape
+    return score_all(model, c.ids.view(N * K, L), c.mask.view(N * K, L)).view(N, K)
+
+
 @torch.no_grad()
 def evaluate_reward_model(model, val: Comparisons, gold: Comparisons) -> dict[str, float]:
     """Held-out label accuracy, agreement with gold on fresh pairs, and score-length correlation."""
-    val_first, val_second = score_all(model, val.first_ids, val.first_mask), score_all(model, val.second_ids, val.second_mask)
-    val_acc = float(((val_first > val_second) == val.first_preferred).float().mean())
-    g_first, g_second = score_all(model, gold.first_ids, gold.first_mask), score_all(model, gold.second_ids, gold.second_mask)
-    decided = gold.first_gold != gold.second_gold
-    agree = (g_first > g_second) == (gold.first_gold > gold.second_gold)
-    scores = torch.cat([g_first, g_second])
-    lengths = torch.cat([gold.first_length, gold.second_length]).float()
+    chosen, rejected = pair_scores(group_scores(model, val), val.pairs, val.first_preferred)
+    scores = group_scores(model, gold)
+    first, second = scores[:, gold.pairs[:, 0]], scores[:, gold.pairs[:, 1]]
+    g_first, g_second = gold.gold[:, gold.pairs[:, 0]], gold.gold[:, gold.pairs[:, 1]]
+    decided = g_first != g_second
+    agree = (first > second) == (g_first > g_second)
     return {
-        "rm/val_acc": val_acc,
+        "rm/val_acc": float((chosen > rejected).float().mean()),
         "rm/gold_agreement": float(agree[decided].float().mean()),
-        "rm/length_corr": pearson(scores, lengths),
+        "rm/length_corr": pearson(scores.flatten(), gold.lengths.flatten().float()),
     }
+
+
+def prompts_for(comparisons: int, responses_per_prompt: int) -> int:
+    """Prompts needed for at least `comparisons` labelled pairs."""
+    per_prompt = responses_per_prompt * (responses_per_prompt - 1) // 2
+    return math.ceil(comparisons / per_prompt)
 
 
 def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True) -> RewardResult:
     cfg = config.reward
+    K = cfg.responses_per_prompt
     start = time.perf_counter()
     world = ReviewsWorld(config.world)
     tokenizer = world.tokenizer()
     policy = load_causal_lm(run.stage1_lm)
     sampling = torch_generator(config.seed, "reward", "samples")
-    train_prompts = world.prompts(cfg.pairs + cfg.val_pairs, derive_seed(config.seed, "rm-prompts"))
-    gold_prompts = world.prompts(cfg.gold_pairs, derive_seed(config.seed, "rm-gold-prompts"))
+    n_train, n_val = prompts_for(cfg.pairs, K), prompts_for(cfg.val_pairs, K)
     labelled = sample_comparisons(
-        policy, tokenizer, world, train_prompts, cfg.response_length, cfg.sample_temperature,
-        derive_seed(config.seed, "rm-labels"), sampling,
+        policy, tokenizer, world, world.prompts(n_train + n_val, derive_seed(config.seed, "rm-prompts")),
+        K, cfg.response_length, cfg.sample_temperature, derive_seed(config.seed, "rm-labels"), sampling,
     )
     gold = sample_comparisons(
-        policy, tokenizer, world, gold_prompts, cfg.response_length, cfg.sample_temperature,
-        derive_seed(config.seed, "rm-gold-labels"), sampling,
+        policy, tokenizer, world, world.prompts(prompts_for(cfg.gold_pairs, K), derive_seed(config.seed, "rm-gold-prompts")),
+        K, cfg.response_length, cfg.sample_temperature, derive_seed(config.seed, "rm-gold-labels"), sampling,
     )
-    train = _subset(labelled, torch.arange(cfg.pairs))
-    val = _subset(labelled, torch.arange(cfg.pairs, cfg.pairs + cfg.val_pairs))
+    train, val = labelled.select(torch.arange(n_train)), labelled.select(torch.arange(n_train, n_train + n_val))
     del policy
 
     torch.manual_seed(derive_seed(config.seed, "rm-init"))
@@ -177,15 +196,17 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True) 
                 lr = cfg.lr * min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                index = permutation[i * cfg.batch_size : (i + 1) * cfg.batch_size]
-                chosen, chosen_mask, rejected, rejected_mask = train.chosen_rejected(index)
-                scores = score_sequences(model, torch.cat([chosen, rejected]), torch.cat([chosen_mask, rejected_mask]))
-                loss, accuracy = bt_loss(scores[: len(index)], scores[len(index) :])
+                batch = train.select(permutation[i * cfg.batch_size : (i + 1) * cfg.batch_size])
+                N, _, L = batch.ids.shape
+                width = int(batch.mask.view(N * K, L).any(0).nonzero().max()) + 1
+                scores = score_sequences(model, batch.ids.view(N * K, L)[:, :width], batch.mask.view(N * K, L)[:, :width])
+                chosen, rejected = pair_scores(scores.view(N, K), batch.pairs, batch.first_preferred)
+                loss, accuracy = bt_loss(chosen, rejected)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
                 optimizer.step()
-                loss_value, acc_value = float(loss), float(accuracy)
+                loss_value, acc_value = loss.item(), accuracy.item()
                 metrics = {"rm/train_loss": loss_value, "rm/train_acc": acc_value, "lr": lr}
                 if i == steps_per_epoch - 1:
                     evaluation = evaluate_reward_model(model, val, gold)
@@ -196,8 +217,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True) 
     logger.close()
 
     # Standardise PPO rewards by the scores of the distribution the RM was trained on.
-    train_scores = torch.cat([score_all(model, train.first_ids, train.first_mask),
-                              score_all(model, train.second_ids, train.second_mask)])
+    train_scores = group_scores(model, train).flatten()
     model.config.reward_mean = float(train_scores.mean())
     model.config.reward_std = float(train_scores.std())
     model.config.reward_min = float(train_scores.min())
@@ -210,7 +230,3 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True) 
         evaluation["rm/length_corr"], model.config.reward_mean, model.config.reward_std,
         time.perf_counter() - start,
     )
-
-
-def _subset(c: Comparisons, index: Tensor) -> Comparisons:
-    return Comparisons(*(getattr(c, f)[index] for f in Comparisons.__dataclass_fields__))
