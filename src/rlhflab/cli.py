@@ -12,6 +12,16 @@ from rlhflab.progress import console
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="A PPO-based RLHF pipeline you can see inside.")
 
+
+@app.callback()
+def _quiet_libraries() -> None:
+    """A PPO-based RLHF pipeline you can see inside."""
+    # Our own progress bars and tables say what happens; silence the per-load reports.
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+
 PresetOption = typer.Option("demo", "--preset", help="smoke (under a minute), demo (default) or full.")
 ConfigOption = typer.Option(None, "--config", help="TOML config file (sections seed, world, pretrain, reward, ppo).")
 OverridesArgument = typer.Argument(None, help="Dotted overrides, e.g. ppo.kl_coef=0.02", show_default=False)

@@ -105,16 +105,18 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
             logprobs = losses.logprobs_from_logits(logits, mb.response_ids)
             pg_loss, pg = c.policy_loss(logprobs, mb.logprobs, adv.advantages[index], mb.mask, cfg.clip_eps)
             vf_loss, vf = c.value_loss(values, mb.values, adv.returns[index], mb.mask, cfg.value_clip_eps)
-            entropy = masked_mean(losses.entropy_from_logits(logits), mb.mask)
+            # Without a bonus the entropy is only logged: keep it out of the graph.
+            entropy_logits = logits if cfg.entropy_coef else logits.detach()
+            entropy = masked_mean(losses.entropy_from_logits(entropy_logits), mb.mask)
             loss = pg_loss + cfg.vf_coef * vf_loss - cfg.entropy_coef * entropy
             state.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(state.policy.parameters(), cfg.max_grad_norm)
             state.optimizer.step()
             step_metrics = {
-                "policy/loss": float(pg_loss),
-                "value/loss": float(vf_loss),
-                "policy/entropy": float(entropy),
+                "policy/loss": pg_loss.item(),
+                "value/loss": vf_loss.item(),
+                "policy/entropy": entropy.item(),
                 "policy/approxkl": float(pg.approxkl),
                 "policy/clipfrac": float(pg.clipfrac),
                 "policy/ratio_mean": float(pg.ratio_mean),

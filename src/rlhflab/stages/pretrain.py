@@ -97,7 +97,7 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             optimizer.step()
-            train_loss = float(loss)
+            train_loss = loss.item()
             metrics = {"lm/train_loss": train_loss, "lr": lr_at(step, cfg)}
             if (step + 1) % cfg.eval_every == 0 or step == cfg.steps - 1:
                 val_loss = _val_loss(model, val_ids, val_mask)

@@ -1,0 +1,125 @@
+"""End-to-end: the smoke pipeline into one run directory, checked through its files."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+from typer.testing import CliRunner
+
+from rlhflab.cli import app
+from rlhflab.config import config_from_run, load_config
+from rlhflab.pipeline import run_pipeline
+from rlhflab.ppo.trainer import PPOComponents, load_ppo_state, ppo_iteration
+from rlhflab.ppo import losses
+from rlhflab.runs import RunDir, read_jsonl
+from rlhflab.seeding import torch_generator
+from rlhflab.worlds.reviews import ReviewsWorld
+
+CANONICAL_PPO_METRICS = """step reward/proxy_mean reward/proxy_std reward/gold_mean reward/total_mean kl/mean
+kl/k3_mean kl/coef policy/entropy policy/approxkl policy/clipfrac policy/ratio_mean policy/ratio_max
+policy/loss policy/grad_norm value/loss value/clipfrac value/explained_variance adv/mean adv/std
+response/length_mean response/eos_rate response/distinct_1 response/distinct_2 response/self_bleu lr
+time/rollout_s time/train_s tokens/generated""".split()
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> RunDir:
+    config = load_config("smoke")
+    return run_pipeline(config, tmp_path_factory.mktemp("smoke") / "run", show_progress=False).run
+
+
+def test_run_directory_layout(smoke_run: RunDir):
+    assert config_from_run(smoke_run.root) == load_config("smoke")
+    assert json.loads((smoke_run.world / "world.json").read_text())["world"] == "reviews"
+    lm = AutoModelForCausalLM.from_pretrained(str(smoke_run.stage1_lm))
+    assert AutoTokenizer.from_pretrained(str(smoke_run.stage1_lm)).eos_token == "<eos>"
+    rm = AutoModelForSequenceClassification.from_pretrained(str(smoke_run.stage2_rm))
+    assert rm.config.num_labels == 1 and rm.config.reward_std > 0
+    policy = AutoModelForCausalLM.from_pretrained(str(smoke_run.stage3_policy))
+    assert (smoke_run.stage3_policy / "value_head.safetensors").is_file()
+    assert sum(p.numel() for p in policy.parameters()) == sum(p.numel() for p in lm.parameters())
+    for stage, keys in {
+        "pretrain": ["lm/train_loss", "lm/val_loss", "lm/grammatical_rate"],
+        "reward": ["rm/train_loss", "rm/train_acc", "rm/val_acc", "rm/gold_agreement", "rm/length_corr"],
+    }.items():
+        records = read_jsonl(smoke_run.metrics(stage))
+        for key in keys:
+            assert any(key in r for r in records), f"{stage} never logged {key}"
+    samples = read_jsonl(smoke_run.samples("ppo"))
+    assert samples and set(samples[0]) == {"step", "prompt", "response", "proxy", "gold"}
+
+
+def test_ppo_metrics_follow_the_schema(smoke_run: RunDir):
+    records = read_jsonl(smoke_run.metrics("ppo"))
+    config = load_config("smoke")
+    assert [r["step"] for r in records] == list(range(config.ppo.iterations))
+    for record in records:
+        missing = [k for k in CANONICAL_PPO_METRICS if k not in record]
+        assert not missing, missing
+        assert all(record[k] is not None and math.isfinite(record[k]) for k in CANONICAL_PPO_METRICS)
+    assert records[0]["kl/coef"] == config.ppo.kl_coef
+
+
+def test_ppo_raised_gold_reward(smoke_run: RunDir):
+    records = read_jsonl(smoke_run.metrics("ppo"))
+    gold = [r["reward/gold_mean"] for r in records]
+    proxy = [r["reward/proxy_mean"] for r in records]
+    assert sum(gold[-3:]) / 3 > sum(gold[:3]) / 3
+    assert sum(proxy[-3:]) / 3 > sum(proxy[:3]) / 3
+    evaluation = json.loads((smoke_run.root / "metrics" / "eval.json").read_text())
+    assert evaluation["policy"]["gold_mean"] > evaluation["stage1"]["gold_mean"]
+    assert evaluation["stage1"]["kl_mean"] == pytest.approx(0.0, abs=1e-4)
+
+
+class RecordingPolicyLoss:
+    """The default policy loss, remembering the stats of every call."""
+
+    def __init__(self):
+        self.stats = []
+
+    def __call__(self, *args):
+        loss, stats = losses.policy_loss(*args)
+        self.stats.append(stats)
+        return loss, stats
+
+
+def test_policy_changes_reference_does_not_and_first_ratio_is_one(smoke_run: RunDir):
+    config = load_config("smoke")
+    recorder = RecordingPolicyLoss()
+    state = load_ppo_state(config, smoke_run, PPOComponents(policy_loss=recorder))
+    policy_before = {k: v.clone() for k, v in state.policy.state_dict().items()}
+    reference_before = {k: v.clone() for k, v in state.reference.state_dict().items()}
+    reward_before = {k: v.clone() for k, v in state.reward.model.state_dict().items()}
+    prompts = ReviewsWorld().prompts(config.ppo.batch_size, 123)
+    rollout, metrics = ppo_iteration(state, prompts, torch_generator(0, "test"))
+
+    changed = [k for k, v in state.policy.state_dict().items() if not torch.equal(v, policy_before[k])]
+    assert len(changed) == len(policy_before)  # every tensor, value head included, was updated
+    assert all(torch.equal(v, reference_before[k]) for k, v in state.reference.state_dict().items())
+    assert all(torch.equal(v, reward_before[k]) for k, v in state.reward.model.state_dict().items())
+    assert all(not p.requires_grad for p in state.reference.parameters())
+    policy_storage = {p.untyped_storage().data_ptr() for p in state.policy.parameters()}
+    assert not policy_storage & {p.untyped_storage().data_ptr() for p in state.reference.parameters()}
+
+    first = recorder.stats[0]
+    assert float(first.ratio_mean) == pytest.approx(1.0, abs=1e-5)
+    assert float(first.approxkl) == pytest.approx(0.0, abs=1e-8)
+    assert float(first.clipfrac) == 0.0
+    assert len(recorder.stats) == config.ppo.epochs * config.ppo.minibatches
+    # Logprobs recorded at sampling (KV cache) equal those recomputed in the padded forward.
+    torch.testing.assert_close(rollout.sampled_logprobs[rollout.mask], rollout.logprobs[rollout.mask], atol=1e-4, rtol=0)
+
+
+def test_cli_rejects_unknown_keys_with_the_key_named(tmp_path: Path):
+    result = CliRunner().invoke(app, ["pipeline", "--preset", "smoke", "--out", str(tmp_path / "r"), "ppo.kl_cof=1"])
+    assert result.exit_code == 2
+    assert "unknown config key 'ppo.kl_cof'" in result.output
+    assert not (tmp_path / "r").exists()
+
+
+def test_stage_commands_explain_missing_inputs(tmp_path: Path):
+    result = CliRunner().invoke(app, ["ppo", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "rlhflab pretrain" in result.output
