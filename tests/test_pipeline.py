@@ -14,8 +14,9 @@ from rlhflab.config import config_from_run, load_config
 from rlhflab.pipeline import run_pipeline
 from rlhflab.ppo.trainer import PPOComponents, load_ppo_state, ppo_iteration
 from rlhflab.ppo import losses
+from rlhflab.models.lm import build_tiny_lm
 from rlhflab.runs import RunDir, read_jsonl
-from rlhflab.seeding import torch_generator
+from rlhflab.seeding import derive_seed, torch_generator
 from rlhflab.worlds.reviews import ReviewsWorld
 
 CANONICAL_PPO_METRICS = """step reward/proxy_mean reward/proxy_std reward/gold_mean reward/total_mean kl/mean
@@ -72,6 +73,20 @@ def test_ppo_raised_gold_reward(smoke_run: RunDir):
     evaluation = json.loads((smoke_run.root / "metrics" / "eval.json").read_text())
     assert evaluation["policy"]["gold_mean"] > evaluation["stage1"]["gold_mean"]
     assert evaluation["stage1"]["kl_mean"] == pytest.approx(0.0, abs=1e-4)
+
+
+def test_each_stage_changed_its_parameters(smoke_run: RunDir):
+    config = load_config("smoke")
+    fresh = build_tiny_lm(ReviewsWorld().tokenizer(), config.pretrain, derive_seed(config.seed, "lm-init"))
+    lm = AutoModelForCausalLM.from_pretrained(str(smoke_run.stage1_lm))
+    rm = AutoModelForSequenceClassification.from_pretrained(str(smoke_run.stage2_rm))
+    policy = AutoModelForCausalLM.from_pretrained(str(smoke_run.stage3_policy))
+    lm_state, rm_trunk, policy_state = lm.state_dict(), rm.base_model.state_dict(), policy.state_dict()
+    for name, value in fresh.state_dict().items():
+        assert not torch.equal(value, lm_state[name]), f"stage 1 left {name} at its initial value"
+    trunk_names = [n for n in rm_trunk if not n.endswith("attn.bias")]
+    assert all(not torch.equal(rm_trunk[n], lm_state[f"transformer.{n}"]) for n in trunk_names)
+    assert any(not torch.equal(v, lm_state[n]) for n, v in policy_state.items())
 
 
 class RecordingPolicyLoss:

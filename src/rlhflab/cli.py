@@ -134,5 +134,121 @@ def ppo(
     console.print(run_ppo(config, run, show_progress=not quiet))
 
 
+def print_diagnosis(diagnosis, run_name: str) -> None:
+    """The findings as a rich table, then each one's causes, fix and verification command."""
+    from rich.table import Table
+
+    if diagnosis.healthy:
+        console.print(f"[green]no finding[/green]: {diagnosis.source} looks healthy ({diagnosis.steps} steps)")
+    else:
+        table = Table(title=f"doctor: {diagnosis.source}")
+        for column in ("severity", "rule", "symptom", "onset", "finding", "likely cause"):
+            table.add_column(column)
+        for f in diagnosis.findings:
+            cause = f.causes[0].component if f.causes else "?"
+            table.add_row(f.severity, f.rule, f.symptom, str(f.onset_step), f.title, cause)
+        console.print(table)
+        for f in diagnosis.findings:
+            console.print(f"[bold]{f.rule}[/bold] (step {f.onset_step}): {f.title}")
+            for e in f.evidence:
+                observed = ", ".join(f"{k}={v:.4g}" for k, v in e.observed.items())
+                console.print(f"  evidence: {e.metric} {observed}; threshold: {e.threshold} [dim]({e.source})[/dim]")
+            for rank, c in enumerate(f.causes, start=1):
+                fix = f" -> fix {c.fix.arguments()}" if c.fix else ""
+                console.print(f"  {rank}. {c.component}: {c.explanation}{fix}")
+            console.print(f"  verify: {f.verify_command(run_name)}")
+    if diagnosis.skipped:
+        console.print("[dim]not run for lack of metrics: "
+                      + "; ".join(f"{r} (needs {', '.join(m)})" for r, m in diagnosis.skipped.items()) + "[/dim]")
+    if diagnosis.unknown_metrics:
+        console.print("[dim]metrics not understood: " + ", ".join(diagnosis.unknown_metrics) + "[/dim]")
+
+
+def _parse_mapping(items: Optional[list[str]]) -> dict[str, str]:
+    mapping = {}
+    for item in items or []:
+        if "=" not in item:
+            console.print(f"[red]error:[/red] --map {item!r}: expected THEIR_NAME=canonical/name")
+            raise typer.Exit(2)
+        theirs, ours = item.split("=", 1)
+        mapping[theirs] = ours
+    return mapping
+
+
+@app.command()
+def doctor(
+    path: Path = typer.Argument(..., help="Run directory, trainer_state.json, TensorBoard dir, .csv or .jsonl"),
+    json_output: bool = typer.Option(False, "--json", help="Print diagnosis.json instead of the table."),
+    mapping: Optional[list[str]] = typer.Option(None, "--map", help="Rename a column: THEIRS=canonical/name"),
+) -> None:
+    """Diagnose a run or another trainer's log: findings, evidence, ranked causes, fixes."""
+    import json
+
+    from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
+    from rlhflab.doctor.readers import LogFormatError
+
+    try:
+        diagnosis = diagnose_path(path, _parse_mapping(mapping))
+    except LogFormatError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2) from None
+    if path.is_dir() and (path / "metrics" / "ppo.jsonl").is_file():
+        write_diagnosis(diagnosis, path / "diagnosis.json")
+    if json_output:
+        typer.echo(json.dumps(diagnosis.to_json(), indent=2))
+    else:
+        print_diagnosis(diagnosis, str(path))
+
+
+@app.command()
+def report(run: Path = typer.Argument(..., help="Run directory")) -> None:
+    """(Re)write RUN/report.html: curves, findings with onsets, samples."""
+    from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
+    from rlhflab.doctor.readers import LogFormatError, read_run
+    from rlhflab.doctor.report import write_report
+
+    try:
+        diagnosis = diagnose_path(run)
+        table = read_run(run)
+    except LogFormatError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2) from None
+    write_diagnosis(diagnosis, run / "diagnosis.json")
+    console.print(f"wrote {write_report(run, table, diagnosis)}")
+
+
+@app.command()
+def verify(
+    run: Path = typer.Argument(..., help="Run directory to verify a fix on"),
+    fix: list[str] = typer.Option(..., "--fix", help="Dotted override, e.g. ppo.kl_coef=0.2 (repeatable)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Rerun directory (default RUN-verify)"),
+    quiet: bool = typer.Option(False, "--quiet"),
+) -> None:
+    """Rerun RUN's config with the same seeds and the fix; compare the diagnoses."""
+    from rich.table import Table
+
+    from rlhflab.doctor.verify import verify as run_verify
+
+    if not (run / "config.toml").is_file():
+        console.print(f"[red]error:[/red] {run}/config.toml not found: not an rlhflab run directory")
+        raise typer.Exit(2)
+    try:
+        result = run_verify(run, fix, out, show_progress=not quiet)
+    except ConfigError as err:
+        console.print(f"[red]config error:[/red] {err}")
+        raise typer.Exit(2) from None
+    table = Table(title=f"verify {' '.join(fix)}: {run} -> {result.rerun}")
+    for column in ("finding", "after the fix", "metric (end)", "before", "after"):
+        table.add_column(column)
+    for c in result.comparison:
+        table.add_row(c.rule, "[green]gone[/green]" if c.gone else "[red]still there[/red]", c.metric,
+                      f"{c.before:.4g}", f"{c.after:.4g}")
+    console.print(table)
+    if not result.comparison:
+        console.print("the original run had no finding")
+    if result.new_findings:
+        console.print(f"[yellow]new findings after the fix:[/yellow] {', '.join(result.new_findings)}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -139,6 +139,10 @@ class PPOConfig:
     """Held-out prompts on which the stage-1 model and the final policy are compared."""
     samples_per_iteration: int = 4
     """Responses written to samples/ppo.jsonl each iteration."""
+    doctor_every: int = 10
+    """Iterations between live runs of the doctor's detectors during training."""
+    stop_on: str = ""
+    """Comma-separated doctor rules (e.g. kl_explosion,reward_hacking_gold) that stop the run, with a checkpoint and the diagnosis, when they fire."""
 
 
 @dataclass(frozen=True)
@@ -206,7 +210,7 @@ _POSITIVE = {
     "reward.val_pairs", "reward.gold_pairs", "reward.epochs", "reward.lr",
     "reward.batch_size", "reward.response_length", "reward.responses_per_prompt", "reward.sample_temperature",
     "ppo.iterations", "ppo.batch_size", "ppo.response_length", "ppo.epochs",
-    "ppo.minibatches", "ppo.lr", "ppo.kl_target", "ppo.kl_horizon", "ppo.eval_prompts",
+    "ppo.minibatches", "ppo.lr", "ppo.kl_target", "ppo.kl_horizon", "ppo.eval_prompts", "ppo.doctor_every",
 }
 
 
@@ -326,8 +330,19 @@ def _check_consistency(config: PipelineConfig) -> None:
         )
     if config.reward.responses_per_prompt < 2:
         raise ConfigError(f"reward.responses_per_prompt = {config.reward.responses_per_prompt}: expected at least 2")
+    if ppo.stop_on:
+        from rlhflab.doctor.rules import RULE_NAMES
+
+        unknown = [r for r in stop_rules(ppo) if r not in RULE_NAMES]
+        if unknown:
+            raise ConfigError(f"ppo.stop_on: unknown rule(s) {', '.join(unknown)}; known: {', '.join(RULE_NAMES)}")
     if pre.n_embd % pre.n_head:
         raise ConfigError(f"pretrain.n_embd = {pre.n_embd} must be divisible by pretrain.n_head = {pre.n_head}")
+
+
+def stop_rules(ppo: PPOConfig) -> list[str]:
+    """The rule names in `ppo.stop_on`."""
+    return [r.strip() for r in ppo.stop_on.split(",") if r.strip()]
 
 
 def parse_override(text: str) -> tuple[str, str]:

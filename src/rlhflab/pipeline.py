@@ -9,6 +9,9 @@ from pathlib import Path
 from rich.table import Table
 
 from rlhflab.config import PipelineConfig, save_config
+from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
+from rlhflab.doctor.readers import read_run
+from rlhflab.doctor.report import write_report
 from rlhflab.ppo.trainer import PPOComponents, run_ppo
 from rlhflab.progress import console
 from rlhflab.runs import RunDir, write_json
@@ -40,7 +43,11 @@ def run_pipeline(
     start = time.perf_counter()
     evaluation = run_ppo(config, run, components, show_progress)
     timings["ppo_s"] = time.perf_counter() - start
+    diagnosis = diagnose_path(run.root)
+    write_diagnosis(diagnosis, run.diagnosis)
+    write_report(run.root, read_run(run.root), diagnosis)
     summary = {
+        "findings": [f.rule for f in diagnosis.findings],
         "pretrain": asdict(pre),
         "reward": asdict(rm),
         "eval": evaluation,
@@ -64,9 +71,10 @@ def summary_table(summary: dict) -> Table:
     for label, key in rows:
         table.add_row(label, f"{before[key]:.3f}", f"{after[key]:.3f}")
     rm = summary["reward"]
+    findings = ", ".join(summary["findings"]) or "none"
     table.caption = (
         f"RM gold agreement {rm['gold_agreement']:.3f}, val acc {rm['val_acc']:.3f}; "
-        f"time {summary['time']['total_s']:.0f} s"
+        f"time {summary['time']['total_s']:.0f} s; doctor findings: {findings}"
     )
     return table
 

@@ -8,7 +8,7 @@ from typing import Iterator, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # long messages stay on one line when piped
 
 
 class Bar(Protocol):

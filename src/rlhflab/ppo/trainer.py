@@ -17,8 +17,11 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from rlhflab.config import PipelineConfig, PPOConfig
-from rlhflab.metrics.diversity import distinct_n, self_bleu
+from rlhflab.config import PipelineConfig, PPOConfig, stop_rules
+from rlhflab.doctor.diagnose import diagnose, write_diagnosis
+from rlhflab.doctor.readers import proxy_train_max
+from rlhflab.doctor.table import MetricTable
+from rlhflab.metrics.diversity import distinct_n, identical_fraction, self_bleu
 from rlhflab.metrics.stats import explained_variance, masked_mean
 from rlhflab.models.lm import load_causal_lm
 from rlhflab.models.reward_model import load_reward_model, reward_normalizer
@@ -28,7 +31,7 @@ from rlhflab.ppo import losses
 from rlhflab.ppo.evaluation import evaluate_policy
 from rlhflab.ppo.kl import AdaptiveKLController, FixedKLController, KLController, kl_estimate
 from rlhflab.ppo.rollout import RewardFunction, Rollout, make_rollout
-from rlhflab.progress import progress_bar
+from rlhflab.progress import console, progress_bar
 from rlhflab.runs import RunDir, append_jsonl, stage_logger, write_json
 from rlhflab.seeding import derive_seed, torch_generator
 from rlhflab.worlds.reviews import ReviewsWorld
@@ -180,6 +183,8 @@ def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[s
         "response/distinct_1": distinct_n(rollout.responses, 1),
         "response/distinct_2": distinct_n(rollout.responses, 2),
         "response/self_bleu": self_bleu(rollout.responses),
+        "response/identical_frac": identical_fraction(rollout.responses),
+        "prompts/unique_frac": len(set(rollout.prompts)) / len(rollout.prompts),
         "tokens/generated": float(mask.sum()),
     }
 
@@ -217,6 +222,8 @@ def run_ppo(
     generator = torch_generator(config.seed, "ppo", "sampling")
     logger = stage_logger(run, "ppo")
     run.samples("ppo").unlink(missing_ok=True)
+    watch = LiveDoctor(config, state)
+    stopped = None
     with progress_bar("stage 3 ppo", cfg.iterations, show_progress) as bar:
         for step in range(cfg.iterations):
             prompts = world.prompts(cfg.batch_size, derive_seed(config.seed, "ppo-prompts", str(step)))
@@ -226,12 +233,49 @@ def run_ppo(
             logger.log(step, metrics)
             _log_samples(run, step, rollout, gold, cfg.samples_per_iteration)
             bar.advance(info=f"proxy {metrics['reward/proxy_mean']:+.2f} gold {metrics['reward/gold_mean']:+.2f} kl {metrics['kl/mean']:.2f}")
+            stopped = watch.observe(step, metrics)
+            if stopped is not None:
+                watch.stop(run, stopped)
+                break
     logger.close()
     after = evaluate(state.policy.lm)
     state.policy.save(run.stage3_policy, state.tokenizer)
     summary = {"stage1": before, "policy": after}
+    if stopped is not None:
+        summary["stopped"] = {"step": step, "rule": stopped.rule, "title": stopped.title}
     write_json(run.root / "metrics" / "eval.json", summary)
     return summary
+
+
+class LiveDoctor:
+    """Runs the doctor's detectors on the metrics so far every `ppo.doctor_every` iterations;
+    returns the first finding whose rule is in `ppo.stop_on`."""
+
+    def __init__(self, config: PipelineConfig, state: PPOState) -> None:
+        self.config, self.state = config, state
+        self.stop_on = set(stop_rules(config.ppo))
+        self.records: list[dict] = []
+        self.last_diagnosis = None
+
+    def observe(self, step: int, metrics: dict[str, float]):
+        self.records.append({"step": step, **metrics})
+        if not self.stop_on or (step + 1) % self.config.ppo.doctor_every:
+            return None
+        table = MetricTable.from_records(self.records, source="live")
+        table.meta["config"] = self.config
+        limit = proxy_train_max(self.state.reward.model.config.to_dict())
+        if limit is not None:
+            table.meta["proxy_train_max"] = limit
+        self.last_diagnosis = diagnose(table)
+        return next((f for f in self.last_diagnosis.findings if f.rule in self.stop_on), None)
+
+    def stop(self, run: RunDir, finding) -> None:
+        """Checkpoint the policy and write the diagnosis that stopped the run."""
+        self.last_diagnosis.source = str(run.root)
+        self.state.policy.save(run.checkpoints / "stopped", self.state.tokenizer)
+        write_diagnosis(self.last_diagnosis, run.diagnosis)
+        console.print(f"[red]stopped at iteration {self.records[-1]['step']}:[/red] {finding.title} "
+                      f"(ppo.stop_on={finding.rule}); checkpoint in {run.checkpoints / 'stopped'}")
 
 
 def _log_samples(run: RunDir, step: int, rollout: Rollout, gold: list[float], n: int) -> None:

@@ -1,0 +1,137 @@
+"""Attribution: for a detection, the likely components at fault, ranked, each with a fix.
+
+Every rule has a default ranking (the most common cause of that symptom first, after
+Huang et al. 2023 and the TRL docs); evidence in the metrics then moves a cause to the
+front: a zero KL coefficient, large update statistics, unnormalised advantages, a
+reward model that fails its own health checks, a batch of repeated prompts. Checkup
+results, when a run has them, override the ranking: a failed probe names its component.
+"""
+
+from __future__ import annotations
+
+from rlhflab.doctor.findings import Cause, Component, Fix
+from rlhflab.doctor.signals import baseline
+from rlhflab.doctor.table import MetricTable
+
+
+def _config(table: MetricTable):
+    return table.meta.get("config")
+
+
+def _last(table: MetricTable, metric: str) -> float | None:
+    s = table.get(metric)
+    return s.values[-1] if s is not None else None
+
+
+def _mean(table: MetricTable, metric: str) -> float | None:
+    s = table.get(metric)
+    return sum(s.values) / len(s) if s is not None else None
+
+
+def _kl_fix(table: MetricTable) -> Fix:
+    config = _config(table)
+    coef = config.ppo.kl_coef if config is not None else _last(table, "kl/coef")
+    if coef is not None and coef > 0:
+        return Fix({"ppo.kl_coef": f"{max(0.2, 2 * coef):g}"}, "a stronger KL penalty keeps the policy near the reference")
+    return Fix({"ppo.kl_coef": "0.2"}, "restore a KL penalty (0.2 per nat on standardised rewards)")
+
+
+def _lr_fix(table: MetricTable) -> Fix:
+    config = _config(table)
+    lr = config.ppo.lr if config is not None else _last(table, "lr")
+    value = f"{lr / 10:.2g}" if lr else "3e-5"
+    return Fix({"ppo.lr": value}, "a 10x smaller learning rate makes each PPO step smaller")
+
+
+def _causes_for(rule: str, table: MetricTable) -> list[Cause]:
+    """The default ranking of a rule's causes (before evidence moves them)."""
+    kl_control = Cause("kl_control", "the KL penalty is too weak, off, or of the wrong sign, so nothing "
+                                      "holds the policy near the reference", _kl_fix(table))
+    hyper = Cause("ppo_hyperparameters", "steps too large (learning rate, clip range, epochs): the policy "
+                                         "moves further per iteration than the penalty can hold", _lr_fix(table))
+    scaling = Cause("reward_scaling", "rewards are not standardised, so one score dwarfs the KL penalty and the "
+                                      "advantages", Fix({"ppo.normalize_reward": "true"}, "standardise scores with the "
+                                                        "reward model's saved mean and std"))
+    rm = Cause("reward_model", "the reward model is exploitable (overfit, length-biased, or scoring padding): "
+                               "the policy finds what it over-rates", Fix({"reward.pairs": "36000"},
+                                                                          "more comparisons make a harder-to-exploit RM"))
+    bookkeeping = Cause("logprob_bookkeeping", "the logprobs PPO uses are not those of the sampled tokens "
+                                               "(temperature, an off-by-one shift, dropout, padding, or a reference "
+                                               "that is the policy): KL and ratio are wrong", None)
+    advantages = Cause("advantages_values", "advantages or values are mis-computed (GAE direction, masks, "
+                                            "whitening, value clipping)", None)
+    prompts = Cause("prompt_data", "the prompts are too narrow (few distinct prompts), so the policy "
+                                   "fits a handful of answers", None)
+    entropy = Cause("ppo_hyperparameters", "the entropy term pushes entropy down, or the learning rate is too high",
+                    Fix({"ppo.entropy_coef": "0.0"}, "no entropy term (a positive one would raise entropy)"))
+    eos = Cause("sampling", "responses stopped ending with EOS (no missing-EOS penalty, or EOS unreachable)",
+                Fix({"ppo.missing_eos_penalty": "1.0"}, "penalise responses that do not end"))
+    rm_data = Cause("reward_model", "too few or too noisy comparisons, or too many epochs",
+                    Fix({"reward.pairs": "36000", "reward.epochs": "2"}, "more comparisons, fewer passes"))
+    table_of = {
+        "kl_explosion": [kl_control, hyper, scaling, rm, bookkeeping],
+        "kl_negative": [bookkeeping, kl_control, advantages],
+        "kl_controller_wrong_way": [Cause("kl_control", "the adaptive controller's update has the wrong sign",
+                                          Fix({"ppo.kl_target": "none", "ppo.kl_coef": "0.2"},
+                                              "a fixed coefficient until the controller is fixed")), bookkeeping],
+        "entropy_collapse": [hyper, entropy, kl_control, prompts],
+        "diversity_collapse": [kl_control, hyper, prompts, rm],
+        "identical_responses": [prompts, kl_control, hyper],
+        "reward_hacking_gold": [kl_control, rm, hyper],
+        "reward_hacking_proxy": [kl_control, rm, eos, hyper],
+        "proxy_out_of_range": [kl_control, rm],
+        "ratio_off": [bookkeeping, hyper, advantages],
+        "clipfrac_high": [hyper, scaling, bookkeeping],
+        "approxkl_high": [hyper, scaling, bookkeeping],
+        "value_explained_variance_low": [advantages, scaling, hyper],
+        "non_finite": [scaling, hyper, bookkeeping],
+        "grad_norm_spikes": [scaling, hyper],
+        "rm_weak": [rm_data],
+        "rm_overfit": [rm_data],
+        "rm_length_bias": [Cause("reward_model", "the comparisons reward length, or the score is read at a "
+                                                 "padding position whose value tracks length", rm_data.fix)],
+    }
+    return list(table_of.get(rule, [hyper]))
+
+
+def _promote(causes: list[Cause], component: Component, explanation: str | None = None) -> list[Cause]:
+    """Move the first cause of `component` to the front (inserting one if absent)."""
+    for i, cause in enumerate(causes):
+        if cause.component == component:
+            chosen = Cause(component, explanation or cause.explanation, cause.fix)
+            return [chosen] + causes[:i] + causes[i + 1 :]
+    return [Cause(component, explanation or component, None)] + causes
+
+
+def rank_causes(rule: str, table: MetricTable, failed_probes: dict[str, str] | None = None) -> list[Cause]:
+    """Ranked causes of `rule`'s detection on this table; `failed_probes` maps probe -> component."""
+    causes = _causes_for(rule, table)
+    coef = _last(table, "kl/coef")
+    config = _config(table)
+    if rule in ("kl_explosion", "reward_hacking_gold", "reward_hacking_proxy", "diversity_collapse",
+                "entropy_collapse", "proxy_out_of_range") and coef is not None and coef == 0.0 and (
+            config is None or config.ppo.kl_target is None):
+        causes = _promote(causes, "kl_control", "the KL coefficient is 0: nothing holds the policy near the reference")
+    approxkl, clipfrac = _mean(table, "policy/approxkl"), _mean(table, "policy/clipfrac")
+    if rule in ("kl_explosion", "entropy_collapse", "diversity_collapse") and (
+            (approxkl is not None and approxkl > 0.3) or (clipfrac is not None and clipfrac > 0.3)):
+        causes = _promote(causes, "ppo_hyperparameters",
+                          f"PPO steps are too large (mean approxkl {approxkl or 0:.2f}, clipfrac {clipfrac or 0:.2f})")
+    adv_std = _mean(table, "adv/std")
+    if rule in ("kl_explosion", "clipfrac_high", "approxkl_high", "value_explained_variance_low", "grad_norm_spikes",
+                "non_finite") and adv_std is not None and adv_std > 10:
+        causes = _promote(causes, "reward_scaling", f"advantages have std {adv_std:.0f} before whitening: "
+                                                    "rewards are not standardised")
+    unique = table.get("prompts/unique_frac")
+    if rule in ("identical_responses", "diversity_collapse", "entropy_collapse") and unique is not None and \
+            baseline(unique.values, len(unique)) < 0.5:
+        causes = _promote(causes, "prompt_data", f"only {unique.values[-1]:.0%} of each batch's prompts are distinct")
+    if rule.startswith("reward_hacking") and _last(table, "rm/length_corr") is not None and \
+            abs(_last(table, "rm/length_corr")) > 0.5:
+        causes = _promote(causes, "reward_model", "the reward model's score follows length "
+                                                  f"(corr {_last(table, 'rm/length_corr'):+.2f})")
+    if rule.startswith("reward_hacking") and _last(table, "rm/val_acc") is not None and _last(table, "rm/val_acc") < 0.6:
+        causes = _promote(causes, "reward_model", f"the reward model is weak (val acc {_last(table, 'rm/val_acc'):.2f})")
+    for probe, component in (failed_probes or {}).items():
+        causes = _promote(causes, component, f"the checkup probe '{probe}' failed")  # type: ignore[arg-type]
+    return causes

@@ -1,0 +1,161 @@
+"""`RUN/report.html`: one self-contained page (plots embedded as PNG) of a run's curves,
+the doctor's findings with their onsets marked, sample responses from early, middle and
+late training, and, after `rlhflab verify`, the before/after comparison."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+from rlhflab.doctor.findings import Diagnosis
+from rlhflab.doctor.table import MetricTable
+from rlhflab.runs import RunDir, read_jsonl
+
+PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("reward", ("reward/proxy_mean", "reward/gold_mean", "reward/total_mean")),
+    ("KL to the reference", ("kl/mean", "kl/k3_mean")),
+    ("KL coefficient", ("kl/coef",)),
+    ("entropy", ("policy/entropy",)),
+    ("diversity", ("response/distinct_1", "response/distinct_2", "response/self_bleu", "response/identical_frac")),
+    ("length and EOS", ("response/length_mean", "response/eos_rate")),
+    ("PPO update", ("policy/clipfrac", "policy/approxkl", "policy/ratio_mean", "value/clipfrac")),
+    ("critic", ("value/explained_variance", "value/loss")),
+)
+
+
+def _png(fig) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def plot_panels(table: MetricTable, diagnosis: Diagnosis, compare: MetricTable | None = None) -> list[tuple[str, str]]:
+    """(title, base64 PNG) per panel that has data; finding onsets drawn as vertical lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    images = []
+    for title, metrics in PANELS:
+        present = [m for m in metrics if table.get(m) is not None]
+        if not present:
+            continue
+        fig, ax = plt.subplots(figsize=(5.2, 2.8))
+        for metric in present:
+            s = table.get(metric)
+            line, = ax.plot(s.steps, s.values, label=metric, linewidth=1.2)
+            if compare is not None and compare.get(metric) is not None:
+                c = compare.get(metric)
+                ax.plot(c.steps, c.values, "--", color=line.get_color(), linewidth=1.0, label=f"{metric} (after fix)")
+        for finding in diagnosis.findings:
+            if any(e.metric in metrics for e in finding.evidence):
+                ax.axvline(finding.onset_step, color="crimson", linestyle=":", linewidth=1.2)
+                ax.text(finding.onset_step, ax.get_ylim()[1], f" {finding.rule}", color="crimson", fontsize=7,
+                        va="top", rotation=90)
+        if title == "KL to the reference" and max(table.get("kl/mean").values, default=0) > 50:
+            ax.set_yscale("symlog")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("PPO iteration", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6, loc="best")
+        images.append((title, _png(fig)))
+        plt.close(fig)
+    return images
+
+
+def _samples_section(run: RunDir) -> str:
+    path = run.samples("ppo")
+    if not path.is_file():
+        return ""
+    samples = read_jsonl(path)
+    if not samples:
+        return ""
+    steps = sorted({s["step"] for s in samples})
+    picks = {"early": steps[0], "middle": steps[len(steps) // 2], "late": steps[-1]}
+    rows = []
+    for label, step in picks.items():
+        for s in [x for x in samples if x["step"] == step][:4]:
+            rows.append(f"<tr><td>{label} ({step})</td><td>{html.escape(s['prompt'])}</td>"
+                        f"<td>{html.escape(s['response'])}</td><td>{s['proxy']:+.2f}</td>"
+                        f"<td>{'' if s.get('gold') is None else format(s['gold'], '+.2f')}</td></tr>")
+    return ("<h2>Samples</h2><table><tr><th>when</th><th>prompt</th><th>response</th><th>proxy</th><th>gold</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _findings_section(diagnosis: Diagnosis, run_name: str) -> str:
+    if diagnosis.healthy:
+        return "<h2>Findings</h2><p class='ok'>No finding: the run looks healthy.</p>"
+    parts = ["<h2>Findings</h2>"]
+    for f in diagnosis.findings:
+        evidence = "".join(
+            f"<tr><td>{html.escape(e.metric)}</td><td>{e.onset_step}</td>"
+            f"<td>{html.escape(', '.join(f'{k}={v:.4g}' for k, v in e.observed.items()))}</td>"
+            f"<td>{html.escape(e.threshold)}</td><td>{html.escape(e.source)}</td></tr>"
+            for e in f.evidence
+        )
+        causes = "".join(
+            f"<li><b>{html.escape(c.component)}</b>: {html.escape(c.explanation)}"
+            + (f" <i>fix: {html.escape(c.fix.arguments())}</i> ({html.escape(c.fix.text)})" if c.fix else "")
+            + "</li>"
+            for c in f.causes
+        )
+        parts.append(
+            f"<div class='finding {f.severity}'><h3>{html.escape(f.title)}</h3>"
+            f"<p>rule <code>{f.rule}</code>, symptom <b>{f.symptom}</b>, severity {f.severity}, "
+            f"began at step {f.onset_step}</p>"
+            f"<table><tr><th>metric</th><th>onset</th><th>observed</th><th>threshold</th><th>source</th></tr>"
+            f"{evidence}</table><p>Likely causes, most likely first:</p><ol>{causes}</ol>"
+            f"<p>Verify: <code>{html.escape(f.verify_command(run_name))}</code></p></div>"
+        )
+    if diagnosis.skipped:
+        skipped = ", ".join(f"{rule} (needs {', '.join(m)})" for rule, m in diagnosis.skipped.items())
+        parts.append(f"<p class='muted'>Rules not run for lack of metrics: {html.escape(skipped)}</p>")
+    return "".join(parts)
+
+
+def _verify_section(run: RunDir) -> str:
+    path = run.root / "verify.json"
+    if not path.is_file():
+        return ""
+    data = json.loads(path.read_text())
+    rows = "".join(
+        f"<tr><td>{html.escape(r['rule'])}</td><td>{'gone' if r['gone'] else 'still there'}</td>"
+        f"<td>{html.escape(r['metric'])}</td><td>{r['before']:.4g}</td><td>{r['after']:.4g}</td></tr>"
+        for r in data["comparison"]
+    )
+    return (f"<h2>Verification</h2><p>Rerun with <code>{html.escape(' '.join(data['fix']))}</code> into "
+            f"<code>{html.escape(data['rerun'])}</code>; dashed lines in the plots are the rerun.</p>"
+            f"<table><tr><th>finding</th><th>after the fix</th><th>metric (end)</th><th>before</th><th>after</th></tr>"
+            f"{rows}</table>")
+
+
+STYLE = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:auto;padding:1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0;font-size:.85em}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
+.grid{display:flex;flex-wrap:wrap;gap:8px}.grid img{width:370px}.finding{border-left:5px solid #999;padding:0 1em;margin:1em 0}
+.finding.high{border-color:crimson}.finding.medium{border-color:darkorange}.ok{color:green}.muted{color:#777}"""
+
+
+def write_report(run_dir: Path, table: MetricTable, diagnosis: Diagnosis, compare: MetricTable | None = None) -> Path:
+    run = RunDir(Path(run_dir))
+    images = plot_panels(table, diagnosis, compare)
+    figures = "".join(f"<img alt='{html.escape(t)}' src='data:image/png;base64,{png}'>" for t, png in images)
+    summary = ""
+    eval_path = run.root / "metrics" / "eval.json"
+    if eval_path.is_file():
+        ev = json.loads(eval_path.read_text())
+        keys = [k for k in ev["stage1"] if isinstance(ev["stage1"][k], (int, float))]
+        summary = ("<h2>Held-out prompts: stage-1 model vs policy</h2><table><tr><th>metric</th><th>stage 1</th>"
+                   "<th>policy</th></tr>" + "".join(
+                       f"<tr><td>{k}</td><td>{ev['stage1'][k]:.3f}</td><td>{ev['policy'][k]:.3f}</td></tr>" for k in keys)
+                   + "</table>")
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>rlhflab report: {html.escape(run.root.name)}</title>"
+            f"<style>{STYLE}</style></head><body><h1>rlhflab report: {html.escape(str(run.root))}</h1>"
+            f"<p>{diagnosis.steps} PPO iterations; {len(diagnosis.findings)} finding(s).</p>"
+            f"{_findings_section(diagnosis, str(run.root))}{_verify_section(run)}{summary}"
+            f"<h2>Curves</h2><div class='grid'>{figures}</div>{_samples_section(run)}</body></html>")
+    run.report.write_text(page, encoding="utf-8")
+    return run.report

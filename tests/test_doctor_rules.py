@@ -1,0 +1,265 @@
+"""Every detector on a synthetic trace holding exactly one pathology (it fires, at the
+right onset within a tolerance) and on healthy traces (nothing fires)."""
+
+import math
+import random
+
+import pytest
+
+from rlhflab.config import load_config
+from rlhflab.doctor.diagnose import diagnose
+from rlhflab.doctor.rules import RULE_NAMES
+from rlhflab.doctor.table import MetricTable
+
+N = 80
+
+
+def healthy_records(seed: int = 0, n: int = N, gold: bool = True) -> list[dict]:
+    """A trace shaped like a healthy demo run, with noise."""
+    rng = random.Random(seed)
+    noise = lambda scale: rng.gauss(0, scale)  # noqa: E731
+    records = []
+    for i in range(n):
+        t = i / (n - 1)
+        record = {
+            "step": i,
+            "reward/proxy_mean": 1.5 * (1 - math.exp(-3 * t)) + noise(0.05),
+            "reward/proxy_std": 0.8 + noise(0.02),
+            "reward/total_mean": 1.2 * t + noise(0.05),
+            "kl/mean": 4.0 * t + abs(noise(0.2)),
+            "kl/k3_mean": 3.5 * t + abs(noise(0.2)),
+            "kl/coef": 0.2,
+            "policy/entropy": 2.0 - 0.6 * t + noise(0.03),
+            "policy/approxkl": 0.05 + abs(noise(0.01)),
+            "policy/clipfrac": 0.1 + abs(noise(0.02)),
+            "policy/ratio_mean": 1.0 + noise(0.01),
+            "policy/ratio_max": 3.0 + abs(noise(1.0)),
+            "policy/loss": noise(0.01),
+            "policy/grad_norm": 1.0 + abs(noise(0.2)),
+            "value/loss": 0.1 + abs(noise(0.02)),
+            "value/clipfrac": 0.05 + abs(noise(0.01)),
+            "value/explained_variance": 0.3 + 0.3 * t + noise(0.05),
+            "adv/mean": noise(0.05),
+            "adv/std": 0.5 + abs(noise(0.05)),
+            "response/length_mean": 12 - 3 * t + noise(0.3),
+            "response/eos_rate": 1.0,
+            "response/distinct_1": 0.3 + noise(0.01),
+            "response/distinct_2": 0.8 - 0.1 * t + noise(0.01),
+            "response/self_bleu": 0.15 + 0.1 * t + noise(0.01),
+            "response/identical_frac": abs(noise(0.01)),
+            "prompts/unique_frac": 1.0,
+            "lr": 3e-4,
+        }
+        if gold:
+            record["reward/gold_mean"] = -0.1 + 0.55 * (1 - math.exp(-3 * t)) + noise(0.03)
+        records.append(record)
+    return records
+
+
+RM_HEALTHY = [
+    {"step": 100, "rm/train_loss": 0.5, "rm/train_acc": 0.78},
+    {"step": 199, "rm/train_loss": 0.48, "rm/train_acc": 0.79, "rm/val_acc": 0.75, "rm/gold_agreement": 0.78,
+     "rm/length_corr": -0.1},
+]
+
+
+def table_of(records, rm=RM_HEALTHY, **meta) -> MetricTable:
+    table = MetricTable.from_records(records + rm, source="synthetic")
+    table.meta.update(meta)
+    return table
+
+
+def fired(table: MetricTable) -> dict[str, int]:
+    return {f.rule: f.onset_step for f in diagnose(table).findings}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_healthy_traces_produce_no_finding(seed):
+    assert fired(table_of(healthy_records(seed))) == {}
+    assert fired(table_of(healthy_records(seed, gold=False))) == {}
+
+
+def test_healthy_trace_with_adaptive_controller_near_target():
+    records = healthy_records(0)
+    coef = 0.2
+    for r in records:  # a correct controller: beta follows the sign of the KL error
+        coef *= 1 + max(-0.2, min(0.2, r["kl/mean"] / 6.0 - 1)) * 64 / 10000
+        r["kl/coef"] = coef
+    config = load_config("demo", overrides=["ppo.kl_target=6"])
+    assert fired(table_of(records, config=config)) == {}
+
+
+def modify(records, start: int, **functions):
+    """Replace metrics from step `start` on: functions map metric -> f(k, old) with k = steps since start."""
+    for r in records:
+        k = r["step"] - start
+        if k >= 0:
+            for metric, f in functions.items():
+                r[metric.replace("__", "/")] = f(k, r.get(metric.replace("__", "/")))
+    return records
+
+
+def crossing(records, metric, predicate):
+    return next(r["step"] for r in records if predicate(r[metric]))
+
+
+def assert_fires(table, rule, expected_onset, tolerance=6, allowed=()):
+    found = fired(table)
+    assert rule in found, f"{rule} did not fire; fired: {found}"
+    assert abs(found[rule] - expected_onset) <= tolerance, (found[rule], expected_onset)
+    extra = set(found) - {rule} - set(allowed)
+    assert not extra, f"also fired: {extra}"
+
+
+def test_kl_explosion_superlinear_growth():
+    records = modify(healthy_records(1), 40, kl__mean=lambda k, old: old + 2 * math.exp(0.12 * k) - 2)
+    onset = crossing(records, "kl/mean", lambda v: v > 20)
+    assert_fires(table_of(records), "kl_explosion", onset, tolerance=8)
+
+
+def test_kl_explosion_above_target():
+    config = load_config("demo", overrides=["ppo.kl_target=3"])
+    records = modify(healthy_records(2), 30, kl__mean=lambda k, old: 3 + 0.4 * k)  # 2 x target = 6 at k = 7.5
+    assert_fires(table_of(records, config=config), "kl_explosion", 38, tolerance=6)
+
+
+def test_kl_negative():
+    records = modify(healthy_records(3), 20, kl__mean=lambda k, old: -0.1 * k, kl__k3_mean=lambda k, old: 0.1)
+    assert_fires(table_of(records), "kl_negative", 30, tolerance=6)
+
+
+def test_kl_controller_moving_the_wrong_way():
+    config = load_config("demo", overrides=["ppo.kl_target=6"])
+    records = healthy_records(4)
+    coef = 0.2
+    for r in records:
+        r["kl/mean"] = 2.0 if r["step"] < 30 else 8.0  # below, then above target
+        # An inverted controller: beta falls when KL is above target and rises below.
+        coef *= 1 - max(-0.2, min(0.2, r["kl/mean"] / 6.0 - 1)) * 64 / 1000
+        r["kl/coef"] = coef
+    found = fired(table_of(records, config=config))
+    assert "kl_controller_wrong_way" in found and found["kl_controller_wrong_way"] <= 5
+
+
+def test_entropy_collapse():
+    records = modify(healthy_records(5), 30, policy__entropy=lambda k, old: 1.6 * math.exp(-0.1 * k) + 0.05)
+    onset = crossing(records, "policy/entropy", lambda v: v < 0.3 * 2.0)
+    assert_fires(table_of(records), "entropy_collapse", onset, tolerance=6)
+
+
+def test_diversity_collapse():
+    records = modify(healthy_records(6), 40, response__distinct_2=lambda k, old: max(0.1, 0.75 - 0.05 * k))
+    onset = crossing(records, "response/distinct_2", lambda v: v < 0.4)
+    assert_fires(table_of(records), "diversity_collapse", onset, tolerance=6)
+
+
+def test_identical_responses():
+    records = modify(healthy_records(7), 50, response__identical_frac=lambda k, old: 0.6)
+    assert_fires(table_of(records), "identical_responses", 52, tolerance=4)
+
+
+def test_reward_hacking_with_gold():
+    records = healthy_records(8)
+    for r in records:
+        k = r["step"]
+        r["reward/proxy_mean"] = 0.04 * k  # keeps rising
+        r["reward/gold_mean"] = 0.01 * k if k <= 40 else 0.4 - 0.03 * (k - 40)  # peaks at 40
+    # Smoothed gold is 0.15 below its peak about 5 + window/2 steps after it.
+    assert_fires(table_of(records), "reward_hacking_gold", 47, tolerance=6)
+
+
+def test_reward_hacking_without_gold_from_length_drift():
+    records = modify(healthy_records(9, gold=False), 40, response__length_mean=lambda k, old: 9 + 0.5 * k)
+    onset = crossing(records, "response/length_mean", lambda v: v > 1.5 * 12)
+    assert_fires(table_of(records), "reward_hacking_proxy", onset, tolerance=6)
+    # With gold present, the gold rule decides and a rising gold is no hacking.
+    with_gold = modify(healthy_records(9), 40, response__length_mean=lambda k, old: 9 + 0.5 * k)
+    assert fired(table_of(with_gold)) == {}
+
+
+def test_proxy_beyond_reward_model_training_range():
+    records = modify(healthy_records(10), 0, reward__proxy_mean=lambda k, old: 0.03 * k)
+    onset = crossing(records, "reward/proxy_mean", lambda v: v > 1.8)
+    assert_fires(table_of(records, proxy_train_max=1.8), "proxy_out_of_range", onset, tolerance=6)
+    assert fired(table_of(records, proxy_train_max=5.0)) == {}
+
+
+def test_ratio_far_from_one():
+    records = modify(healthy_records(11), 30, policy__ratio_mean=lambda k, old: 1.6)
+    assert_fires(table_of(records), "ratio_off", 30, tolerance=4)
+
+
+def test_clipfrac_high():
+    records = modify(healthy_records(12), 30, policy__clipfrac=lambda k, old: 0.55)
+    assert_fires(table_of(records), "clipfrac_high", 32, tolerance=4)
+
+
+def test_approxkl_high():
+    records = modify(healthy_records(13), 30, policy__approxkl=lambda k, old: 0.8)
+    assert_fires(table_of(records), "approxkl_high", 32, tolerance=4)
+
+
+def test_value_explained_variance_negative():
+    records = modify(healthy_records(14), 30, value__explained_variance=lambda k, old: -1.5)
+    assert_fires(table_of(records), "value_explained_variance_low", 32, tolerance=5)
+
+
+def test_non_finite_values():
+    records = modify(healthy_records(15), 33, policy__loss=lambda k, old: float("nan") if k < 2 else old)
+    assert_fires(table_of(records), "non_finite", 33, tolerance=0)
+
+
+def test_grad_norm_spikes():
+    records = modify(healthy_records(16), 40, policy__grad_norm=lambda k, old: 50.0 if k % 10 == 0 else old)
+    assert_fires(table_of(records), "grad_norm_spikes", 40, tolerance=0)
+
+
+@pytest.mark.parametrize(
+    "rm_end, rule",
+    [
+        ({"rm/val_acc": 0.52, "rm/gold_agreement": 0.55}, "rm_weak"),
+        ({"rm/val_acc": 0.70}, "rm_overfit"),
+        ({"rm/length_corr": 0.8}, "rm_length_bias"),
+    ],
+)
+def test_reward_model_rules(rm_end, rule):
+    rm = [dict(RM_HEALTHY[0]), dict(RM_HEALTHY[1])]
+    if rule == "rm_overfit":
+        rm[0]["rm/train_acc"] = rm[1]["rm/train_acc"] = 0.97
+    if rule == "rm_weak":  # weak everywhere, not overfit
+        rm[0]["rm/train_acc"] = rm[1]["rm/train_acc"] = 0.55
+    rm[1].update(rm_end)
+    assert_fires(table_of(healthy_records(17), rm=rm), rule, 0, tolerance=0)
+
+
+def test_every_rule_is_covered_by_a_test_here():
+    covered = {"kl_explosion", "kl_negative", "kl_controller_wrong_way", "entropy_collapse", "diversity_collapse",
+               "identical_responses", "reward_hacking_gold", "reward_hacking_proxy", "proxy_out_of_range",
+               "ratio_off", "clipfrac_high", "approxkl_high", "value_explained_variance_low", "non_finite",
+               "grad_norm_spikes", "rm_weak", "rm_overfit", "rm_length_bias"}
+    assert covered == set(RULE_NAMES)
+
+
+def test_missing_metrics_are_reported_not_guessed():
+    records = [{k: v for k, v in r.items() if not k.startswith("response/")} for r in healthy_records(0)]
+    diagnosis = diagnose(table_of(records, rm=[]))
+    assert diagnosis.skipped["diversity_collapse"] == ["response/distinct_2"]
+    assert "rm_weak" in diagnosis.skipped
+
+
+def test_kl_explosion_blames_a_zero_coefficient_first():
+    records = modify(healthy_records(1), 0, kl__coef=lambda k, old: 0.0)
+    records = modify(records, 40, kl__mean=lambda k, old: old + 2 * math.exp(0.12 * k) - 2)
+    finding = next(f for f in diagnose(table_of(records)).findings if f.rule == "kl_explosion")
+    assert finding.causes[0].component == "kl_control"
+    assert finding.fix.overrides == {"ppo.kl_coef": "0.2"}
+    assert finding.verify_command("RUN") == "rlhflab verify RUN --fix ppo.kl_coef=0.2"
+
+
+def test_large_steps_are_blamed_on_hyperparameters():
+    config = load_config("demo")
+    records = modify(healthy_records(1), 40, kl__mean=lambda k, old: old + 2 * math.exp(0.12 * k) - 2)
+    records = modify(records, 0, policy__approxkl=lambda k, old: 0.5, policy__clipfrac=lambda k, old: 0.4)
+    finding = next(f for f in diagnose(table_of(records, config=config)).findings if f.rule == "kl_explosion")
+    assert finding.causes[0].component == "ppo_hyperparameters"
+    assert finding.fix.overrides == {"ppo.lr": f"{config.ppo.lr / 10:.2g}"}
