@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from rlhflab.config import apply_overrides, load_config, save_config
+from rlhflab.doctor.diagnose import diagnose_path
 from rlhflab.pipeline import run_pipeline
 from rlhflab.ppo.trainer import run_ppo
 from rlhflab.runs import RunDir, read_jsonl
@@ -34,7 +35,7 @@ def hacking_run(healthy: RunDir, config, out: Path) -> list[dict]:
     hacked = apply_overrides(config, {"ppo.kl_coef": 0.0, "ppo.iterations": 3 * config.ppo.iterations})
     save_config(hacked, run.config)
     run_ppo(hacked, run, show_progress=False)
-    return read_jsonl(run.metrics("ppo"))
+    return read_jsonl(run.metrics("ppo")), [f.rule for f in diagnose_path(run.root).findings]
 
 
 def smooth(values: list[float], window: int = 5) -> list[float]:
@@ -74,7 +75,7 @@ def hacking_summary(records: list[dict]) -> dict:
 START, END = "<!-- pipeline-targets:start -->", "<!-- pipeline-targets:end -->"
 
 
-def render(rows: list[dict], curves: dict[int, list[dict]], command: str) -> str:
+def render(rows: list[dict], curves: dict[int, list[dict]], kl0_findings: dict[int, list[str]], command: str) -> str:
     med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
     lines = [
         START,
@@ -91,20 +92,24 @@ def render(rows: list[dict], curves: dict[int, list[dict]], command: str) -> str
         ("held-out KL of the policy < 10 nats", "policy_kl", lambda v: v < 10, "{:.2f}"),
         ("distinct-2 policy / stage 1 >= 0.7", "distinct2_ratio", lambda v: v >= 0.7, "{:.2f}"),
         ("rm/gold_agreement >= 0.75", "rm_gold_agreement", lambda v: v >= 0.75, "{:.3f}"),
+        ("doctor findings on the healthy run = 0", "n_findings", lambda v: v == 0, "{:.0f}"),
     ]
+    for r in rows:
+        r["n_findings"] = len(r["findings"])
     for label, key, ok, fmt in checks:
         per_seed = ", ".join(fmt.format(r[key]) for r in rows)
         lines.append(f"| {label} | {fmt.format(med(key))} | {per_seed} | {'yes' if ok(med(key)) else 'NO'} |")
     lines += [
         "",
-        "| seed | pretrain s | reward s | ppo s | stage-1 gold | policy gold | policy KL | last-iteration kl/mean | grammatical stage 1 / policy | RM val acc |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| seed | pretrain s | reward s | ppo s | stage-1 gold | policy gold | policy KL | last-iteration kl/mean | grammatical stage 1 / policy | RM val acc | doctor findings |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['seed']} | {r['time/pretrain_s']:.0f} | {r['time/reward_s']:.0f} | {r['time/ppo_s']:.0f} | "
             f"{r['stage1_gold']:+.3f} | {r['policy_gold']:+.3f} | {r['policy_kl']:.2f} | {r['final_iter_kl']:.2f} | "
-            f"{r['grammatical_stage1']:.3f} / {r['grammatical_policy']:.3f} | {r['rm_val_acc']:.3f} |"
+            f"{r['grammatical_stage1']:.3f} / {r['grammatical_policy']:.3f} | {r['rm_val_acc']:.3f} | "
+            f"{', '.join(r['findings']) or 'none'} |"
         )
     lines += [
         "",
@@ -112,14 +117,15 @@ def render(rows: list[dict], curves: dict[int, list[dict]], command: str) -> str
         "",
         "Same stage-1 and stage-2 models per seed; training-batch rewards smoothed over 5 iterations.",
         "",
-        "| seed | gold peak (step) | gold at end | proxy at gold peak | proxy at end | kl/mean at end |",
-        "|---|---|---|---|---|---|",
+        "| seed | gold peak (step) | gold at end | proxy at gold peak | proxy at end | kl/mean at end | doctor findings |",
+        "|---|---|---|---|---|---|---|",
     ]
     for seed, records in curves.items():
         h = hacking_summary(records)
         lines.append(
             f"| {seed} | {h['gold_peak']:+.3f} ({h['gold_peak_step']}) | {h['gold_final']:+.3f} | "
-            f"{h['proxy_at_gold_peak']:+.3f} | {h['proxy_final']:+.3f} | {h['kl_final']:.1f} |"
+            f"{h['proxy_at_gold_peak']:+.3f} | {h['proxy_final']:+.3f} | {h['kl_final']:.1f} | "
+            f"{', '.join(kl0_findings[seed]) or 'none'} |"
         )
     lines += ["", "![proxy and gold reward, kl_coef=0](img/kl0_reward_hacking.png)", "", END]
     return "\n".join(lines)
@@ -148,7 +154,7 @@ def main() -> None:
     logging.set_verbosity_error()
     logging.disable_progress_bar()
 
-    rows, curves = [], {}
+    rows, curves, kl0_findings = [], {}, {}
     for seed in args.seeds:
         config = load_config(args.preset, overrides=[f"seed={seed}"])
         start = time.perf_counter()
@@ -169,14 +175,16 @@ def main() -> None:
             "rm_val_acc": s["reward"]["val_acc"],
             "grammatical_stage1": s["eval"]["stage1"]["grammatical_rate"],
             "grammatical_policy": s["eval"]["policy"]["grammatical_rate"],
+            "findings": s["findings"],
         })
         print(json.dumps(rows[-1]), flush=True)
-        curves[seed] = hacking_run(result.run, config, args.out / f"{args.preset}-seed{seed}-kl0")
+        curves[seed], kl0_findings[seed] = hacking_run(result.run, config, args.out / f"{args.preset}-seed{seed}-kl0")
     args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps({"healthy": rows, "kl0": {str(k): v for k, v in curves.items()}}, indent=1))
+    args.results.write_text(json.dumps({"healthy": rows, "kl0": {str(k): v for k, v in curves.items()},
+                                        "kl0_findings": kl0_findings}, indent=1))
     plot_hacking(curves, ROOT / "docs" / "img" / "kl0_reward_hacking.png")
     command = f"python bench/pipeline_targets.py --preset {args.preset} --seeds {' '.join(map(str, args.seeds))}"
-    write_section(ROOT / "docs" / "benchmarks.md", render(rows, curves, command))
+    write_section(ROOT / "docs" / "benchmarks.md", render(rows, curves, kl0_findings, command))
     print(f"wrote {args.results} and docs/benchmarks.md")
 
 

@@ -1,0 +1,82 @@
+"""`verify` round trip on the smoke preset: no KL penalty is diagnosed as exploding KL,
+and a positive coefficient, rerun with the same seeds, makes the finding go away."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlhflab.cli import app
+from rlhflab.config import ConfigError, config_from_run, load_config
+from rlhflab.pipeline import run_pipeline
+from rlhflab.ppo.trainer import run_ppo
+from rlhflab.runs import RunDir, read_jsonl
+
+OVERRIDES = ["ppo.kl_coef=0", "ppo.iterations=60"]
+
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory):
+    root = tmp_path_factory.mktemp("verify")
+    run = run_pipeline(load_config("smoke", overrides=OVERRIDES), root / "kl0", show_progress=False).run
+    result = CliRunner().invoke(app, ["verify", str(run.root), "--fix", "ppo.kl_coef=0.2", "--quiet"])
+    assert result.exit_code == 0, result.output
+    return run.root, Path(f"{run.root}-verify")
+
+
+def test_no_kl_penalty_is_diagnosed_with_kl_control_first(verified):
+    before, _ = verified
+    diagnosis = json.loads((before / "diagnosis.json").read_text())
+    kl = [f for f in diagnosis["findings"] if f["symptom"] in ("exploding_kl", "reward_hacking")]
+    assert kl, [f["rule"] for f in diagnosis["findings"]]
+    assert kl[0]["causes"][0]["component"] == "kl_control"
+    assert kl[0]["fix"]["overrides"] == {"ppo.kl_coef": "0.2"}
+
+
+def test_the_fix_removes_the_symptom_with_the_same_seeds(verified):
+    before, after = verified
+    assert config_from_run(after) == load_config("smoke", overrides=OVERRIDES + ["ppo.kl_coef=0.2"])
+    # Stages 1 and 2 were reused, so the rerun differs only in PPO.
+    assert (after / "stage2_rm" / "model.safetensors").read_bytes() == (before / "stage2_rm" / "model.safetensors").read_bytes()
+    report = json.loads((before / "verify.json").read_text())
+    assert report["fix"] == ["ppo.kl_coef=0.2"]
+    rows = {r["rule"]: r for r in report["comparison"]}
+    for rule, row in rows.items():
+        if rule in ("kl_explosion", "reward_hacking_gold"):
+            assert row["gone"], row
+            assert row["after"] < row["before"]
+    after_kl = read_jsonl(after / "metrics" / "ppo.jsonl")[-1]["kl/mean"]
+    before_kl = read_jsonl(before / "metrics" / "ppo.jsonl")[-1]["kl/mean"]
+    assert after_kl < before_kl / 2
+    assert "kl_explosion" not in {f["rule"] for f in json.loads((after / "diagnosis.json").read_text())["findings"]}
+
+
+def test_report_is_self_contained_and_marks_findings(verified):
+    before, _ = verified
+    page = (before / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 5
+    assert "Verification" in page and "<td>kl_explosion</td><td>gone</td>" in page
+    assert "src='http" not in page and 'src="http' not in page
+
+
+def test_live_doctor_stops_the_run_with_a_checkpoint_and_the_diagnosis(verified, tmp_path):
+    before, _ = verified
+    run = RunDir(tmp_path / "live").create()
+    for name in ("world", "stage1_lm", "stage2_rm"):
+        shutil.copytree(before / name, run.root / name)
+    config = load_config("smoke", overrides=OVERRIDES + ["ppo.stop_on=kl_explosion", "ppo.doctor_every=5"])
+    summary = run_ppo(config, run, show_progress=False)
+    steps = [r["step"] for r in read_jsonl(run.metrics("ppo"))]
+    assert summary["stopped"]["rule"] == "kl_explosion"
+    assert len(steps) < 60 and (steps[-1] + 1) % 5 == 0  # stopped at a doctor check
+    assert (run.checkpoints / "stopped" / "model.safetensors").is_file()
+    assert (run.checkpoints / "stopped" / "value_head.safetensors").is_file()
+    diagnosis = json.loads(run.diagnosis.read_text())
+    assert "kl_explosion" in {f["rule"] for f in diagnosis["findings"]}
+
+
+def test_stop_on_names_are_checked():
+    with pytest.raises(ConfigError, match="ppo.stop_on: unknown rule"):
+        load_config("smoke", overrides=["ppo.stop_on=kl_explosoin"])
