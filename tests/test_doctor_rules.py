@@ -79,12 +79,18 @@ def test_healthy_traces_produce_no_finding(seed):
     assert fired(table_of(healthy_records(seed, gold=False))) == {}
 
 
-def test_healthy_trace_with_adaptive_controller_near_target():
-    records = healthy_records(0)
+def adaptive_coef(records, target, frozen_from=None, horizon=10000):
+    """kl/coef of a correct adaptive controller (Ziegler et al. 2019), optionally frozen."""
     coef = 0.2
-    for r in records:  # a correct controller: beta follows the sign of the KL error
-        coef *= 1 + max(-0.2, min(0.2, r["kl/mean"] / 6.0 - 1)) * 64 / 10000
+    for r in records:
+        if frozen_from is None or r["step"] < frozen_from:
+            coef *= 1 + max(-0.2, min(0.2, r["kl/mean"] / target - 1)) * 64 / horizon
         r["kl/coef"] = coef
+    return records
+
+
+def test_healthy_trace_with_adaptive_controller_near_target():
+    records = adaptive_coef(healthy_records(0), 6.0)
     config = load_config("demo", overrides=["ppo.kl_target=6"])
     assert fired(table_of(records, config=config)) == {}
 
@@ -120,6 +126,7 @@ def test_kl_explosion_superlinear_growth():
 def test_kl_explosion_above_target():
     config = load_config("demo", overrides=["ppo.kl_target=3"])
     records = modify(healthy_records(2), 30, kl__mean=lambda k, old: 3 + 0.4 * k)  # 2 x target = 6 at k = 7.5
+    records = adaptive_coef(records, 3.0)
     assert_fires(table_of(records, config=config), "kl_explosion", 38, tolerance=6)
 
 
@@ -139,6 +146,14 @@ def test_kl_controller_moving_the_wrong_way():
         r["kl/coef"] = coef
     found = fired(table_of(records, config=config))
     assert "kl_controller_wrong_way" in found and found["kl_controller_wrong_way"] <= 5
+
+
+def test_kl_controller_stuck_off_target():
+    config = load_config("demo", overrides=["ppo.kl_target=6"])
+    records = modify(healthy_records(4), 20, kl__mean=lambda k, old: 12.0)  # 2x target
+    records = adaptive_coef(records, 6.0, frozen_from=20)  # beta stops moving at step 20
+    found = fired(table_of(records, config=config))
+    assert "kl_controller_wrong_way" in found and abs(found["kl_controller_wrong_way"] - 21) <= 3
 
 
 def test_entropy_collapse():

@@ -43,6 +43,11 @@ def _lr_fix(table: MetricTable) -> Fix:
     return Fix({"ppo.lr": value}, "a 10x smaller learning rate makes each PPO step smaller")
 
 
+def _more_pairs(table: MetricTable) -> str:
+    config = _config(table)
+    return str(2 * config.reward.pairs) if config is not None else "36000"
+
+
 def _causes_for(rule: str, table: MetricTable) -> list[Cause]:
     """The default ranking of a rule's causes (before evidence moves them)."""
     kl_control = Cause("kl_control", "the KL penalty is too weak, off, or of the wrong sign, so nothing "
@@ -53,7 +58,7 @@ def _causes_for(rule: str, table: MetricTable) -> list[Cause]:
                                       "advantages", Fix({"ppo.normalize_reward": "true"}, "standardise scores with the "
                                                         "reward model's saved mean and std"))
     rm = Cause("reward_model", "the reward model is exploitable (overfit, length-biased, or scoring padding): "
-                               "the policy finds what it over-rates", Fix({"reward.pairs": "36000"},
+                               "the policy finds what it over-rates", Fix({"reward.pairs": _more_pairs(table)},
                                                                           "more comparisons make a harder-to-exploit RM"))
     bookkeeping = Cause("logprob_bookkeeping", "the logprobs PPO uses are not those of the sampled tokens "
                                                "(temperature, an off-by-one shift, dropout, padding, or a reference "
@@ -67,7 +72,8 @@ def _causes_for(rule: str, table: MetricTable) -> list[Cause]:
     eos = Cause("sampling", "responses stopped ending with EOS (no missing-EOS penalty, or EOS unreachable)",
                 Fix({"ppo.missing_eos_penalty": "1.0"}, "penalise responses that do not end"))
     rm_data = Cause("reward_model", "too few or too noisy comparisons, or too many epochs",
-                    Fix({"reward.pairs": "36000", "reward.epochs": "2"}, "more comparisons, fewer passes"))
+                    Fix({"reward.pairs": _more_pairs(table), "reward.epochs": "2"},
+                        "more comparisons, fewer passes"))
     table_of = {
         "kl_explosion": [kl_control, hyper, scaling, rm, bookkeeping],
         "kl_negative": [bookkeeping, kl_control, advantages],

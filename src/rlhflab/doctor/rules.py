@@ -45,6 +45,7 @@ KL_TARGET_SOURCE = "Ziegler et al. 2019 sec. 2.2: the controller bounds the erro
 KL_GROWTH_FACTOR = 3.0  # last-third slope vs first-third slope
 KL_GROWTH_FLOOR = 10.0  # nats: below this, fast growth is not yet an explosion
 KL_NEGATIVE_LIMIT = -1.0  # nats per sequence
+CONTROLLER_DEADBAND = 0.2  # relative KL error the controller must react to
 ENTROPY_FRACTION = 0.3
 DISTINCT2_FRACTION = 0.5
 SELF_BLEU_LIMIT = 0.7
@@ -74,6 +75,16 @@ def _ev(metric: str, series: Series, index: int, threshold: str, source: str, **
 
 def _persist(n: int) -> int:
     return max(2, window(n) // 2 + 1)
+
+
+def _crossing(table: MetricTable, metric: str, predicate: Callable[[float], bool], title: Callable[[Series], str],
+              threshold: str, source: str, severity: Severity = "medium") -> Detection | None:
+    """The common rule shape: the smoothed series satisfies `predicate` persistently."""
+    series = table.get(metric)
+    onset = first_where(smooth(series.values, window(len(series))), predicate, _persist(len(series)))
+    if onset is None:
+        return None
+    return Detection(title(series), severity, series.steps[onset], (_ev(metric, series, onset, threshold, source),))
 
 
 # --- exploding KL -----------------------------------------------------------------------
@@ -113,59 +124,58 @@ def kl_explosion(table: MetricTable) -> Detection | None:
 
 def kl_negative(table: MetricTable) -> Detection | None:
     """A sampled estimate of KL(pi || ref) that stays negative: the logprobs are not of the sampler."""
-    kl = table.get("kl/mean")
-    s = smooth(kl.values, window(len(kl)))
-    onset = first_where(s, lambda v: v < KL_NEGATIVE_LIMIT, _persist(len(kl)))
-    if onset is None:
-        return None
-    return Detection(
-        f"negative KL: kl/mean fell to {min(kl.values):.2f} nats", "high", kl.steps[onset],
-        (_ev("kl/mean", kl, onset, f"smoothed kl/mean < {KL_NEGATIVE_LIMIT} nats",
-             "E_pi[log pi - log ref] = KL >= 0 when tokens are sampled from pi (Schulman 2020, k1); "
-             "TRL logging docs: objective/kl should stay positive"),),
+    return _crossing(
+        table, "kl/mean", lambda v: v < KL_NEGATIVE_LIMIT,
+        lambda kl: f"negative KL: kl/mean fell to {min(kl.values):.2f} nats",
+        f"smoothed kl/mean < {KL_NEGATIVE_LIMIT} nats",
+        "E_pi[log pi - log ref] = KL >= 0 when tokens are sampled from pi (Schulman 2020, k1); "
+        "TRL logging docs: objective/kl should stay positive", "high",
     )
 
 
 def kl_controller_wrong_way(table: MetricTable) -> Detection | None:
-    """Adaptive beta moving against the KL error: down while KL is above target, or up below it."""
+    """Adaptive beta moving against the KL error (down while KL is above target, up below
+    it), or stuck while KL is far from target."""
     config = table.meta.get("config")
     if config is None or config.ppo.kl_target is None:
         return None
     kl, coef = table.get("kl/mean"), table.get("kl/coef")
     target = config.ppo.kl_target
     n = min(len(kl), len(coef))
-    wrong = []
+    length = max(3, window(n))
+    wrong, stuck = [], []
     for i in range(1, n):
         change = coef.values[i] - coef.values[i - 1]
         error = kl.values[i - 1] - target
         wrong.append(change != 0 and error != 0 and math.copysign(1, change) != math.copysign(1, error))
-    onset = sustained(wrong, max(3, window(n)))
-    if onset is None:
-        return None
-    return Detection(
-        "KL controller moves beta the wrong way", "high", coef.steps[onset + 1],
-        (_ev("kl/coef", coef, onset + 1, f"beta changes against sign(kl - target={target:g}) "
-             f"for {max(3, window(n))} iterations in a row",
-             "Ziegler et al. 2019 sec. 2.2: beta *= 1 + clip(KL/target - 1, +-0.2) * n/horizon"),
-         _ev("kl/mean", kl, onset, f"target {target:g} nats", "config ppo.kl_target")),
-    )
+        stuck.append(change == 0 and abs(error) > CONTROLLER_DEADBAND * target)
+    source = "Ziegler et al. 2019 sec. 2.2: beta *= 1 + clip(KL/target - 1, +-0.2) * n/horizon"
+    for flags, title, condition in (
+        (wrong, "KL controller moves beta the wrong way", "beta changes against sign(kl - target)"),
+        (stuck, "KL controller stuck while KL is off target",
+         f"beta unchanged while |kl - target| > {CONTROLLER_DEADBAND} x target"),
+    ):
+        onset = sustained(flags, length)
+        if onset is not None:
+            return Detection(title, "high", coef.steps[onset + 1], (
+                _ev("kl/coef", coef, onset + 1, f"{condition} (target {target:g}) for {length} iterations in a row",
+                    source),
+                _ev("kl/mean", kl, onset, f"target {target:g} nats", "config ppo.kl_target"),
+            ))
+    return None
 
 
 # --- mode collapse ----------------------------------------------------------------------
 def entropy_collapse(table: MetricTable) -> Detection | None:
     """Per-token policy entropy falling below a fraction of its starting level."""
     ent = table.get("policy/entropy")
-    w = window(len(ent))
-    start = baseline(ent.values, w)
-    s = smooth(ent.values, w)
-    onset = first_where(s, lambda v: v < ENTROPY_FRACTION * start, _persist(len(ent)))
-    if onset is None:
-        return None
-    return Detection(
-        f"entropy collapse: policy/entropy fell from {start:.2f} to {s[-1]:.2f}", "high", ent.steps[onset],
-        (_ev("policy/entropy", ent, onset, f"smoothed entropy < {ENTROPY_FRACTION} x its starting level {start:.3f}",
-             "healthy demo runs keep more than 60% of their starting entropy (docs/benchmarks.md); "
-             "TRL logging docs: a healthy run maximises reward while keeping entropy"),),
+    start = baseline(ent.values, window(len(ent)))
+    return _crossing(
+        table, "policy/entropy", lambda v: v < ENTROPY_FRACTION * start,
+        lambda s: f"entropy collapse: policy/entropy fell from {start:.2f} to {s.values[-1]:.2f}",
+        f"smoothed entropy < {ENTROPY_FRACTION} x its starting level {start:.3f}",
+        "healthy demo runs keep more than 60% of their starting entropy (docs/benchmarks.md); "
+        "TRL logging docs: a healthy run maximises reward while keeping entropy", "high",
     )
 
 
@@ -198,14 +208,11 @@ def diversity_collapse(table: MetricTable) -> Detection | None:
 
 def identical_responses(table: MetricTable) -> Detection | None:
     """Many responses in a batch identical to another response."""
-    same = table.get("response/identical_frac")
-    onset = first_where(smooth(same.values, window(len(same))), lambda v: v > IDENTICAL_LIMIT, _persist(len(same)))
-    if onset is None:
-        return None
-    return Detection(
-        f"identical responses: {same.values[-1]:.0%} of a batch duplicate another", "high", same.steps[onset],
-        (_ev("response/identical_frac", same, onset, f"smoothed fraction > {IDENTICAL_LIMIT}",
-             "sampling at T=1 from a healthy policy almost never repeats a whole response (demo: < 5%)"),),
+    return _crossing(
+        table, "response/identical_frac", lambda v: v > IDENTICAL_LIMIT,
+        lambda s: f"identical responses: {s.values[-1]:.0%} of a batch duplicate another",
+        f"smoothed fraction > {IDENTICAL_LIMIT}",
+        "sampling at T=1 from a healthy policy almost never repeats a whole response (demo: < 5%)", "high",
     )
 
 
@@ -280,28 +287,15 @@ def proxy_out_of_range(table: MetricTable) -> Detection | None:
     limit = table.meta.get("proxy_train_max")
     if limit is None:
         return None
-    proxy = table.get("reward/proxy_mean")
-    onset = first_where(smooth(proxy.values, window(len(proxy))), lambda v: v > limit, _persist(len(proxy)))
-    if onset is None:
-        return None
-    return Detection(
-        f"proxy reward beyond the reward model's training range (max {limit:.2f})", "medium", proxy.steps[onset],
-        (_ev("reward/proxy_mean", proxy, onset, f"batch-mean proxy > the highest score on RM training data ({limit:.2f})",
-             "Gao et al. 2022; an RM is only trustworthy on the distribution it was trained on"),),
+    return _crossing(
+        table, "reward/proxy_mean", lambda v: v > limit,
+        lambda s: f"proxy reward beyond the reward model's training range (max {limit:.2f})",
+        f"batch-mean proxy > the highest score on RM training data ({limit:.2f})",
+        "Gao et al. 2022; an RM is only trustworthy on the distribution it was trained on",
     )
 
 
 # --- PPO update health ------------------------------------------------------------------
-def _above(table: MetricTable, metric: str, limit: float, title: str, source: str,
-           severity: Severity = "medium") -> Detection | None:
-    series = table.get(metric)
-    onset = first_where(smooth(series.values, window(len(series))), lambda v: v > limit, _persist(len(series)))
-    if onset is None:
-        return None
-    return Detection(f"{title}: {metric} {max(series.values):.3g}", severity, series.steps[onset],
-                     (_ev(metric, series, onset, f"smoothed {metric} > {limit}", source),))
-
-
 def ratio_off(table: MetricTable) -> Detection | None:
     """The policy/old ratio far from 1 on average, or exploding on some token."""
     mean = table.get("policy/ratio_mean")
@@ -326,13 +320,19 @@ def ratio_off(table: MetricTable) -> Detection | None:
 
 
 def clipfrac_high(table: MetricTable) -> Detection | None:
-    return _above(table, "policy/clipfrac", CLIPFRAC_LIMIT, "updates too large",
-                  "37 implementation details of PPO (Huang et al. 2022): clipfrac is usually 0.1-0.2")
+    """Fraction of clipped tokens persistently high: steps too large."""
+    return _crossing(table, "policy/clipfrac", lambda v: v > CLIPFRAC_LIMIT,
+                     lambda s: f"updates too large: policy/clipfrac {max(s.values):.3g}",
+                     f"smoothed policy/clipfrac > {CLIPFRAC_LIMIT}",
+                     "37 implementation details of PPO (Huang et al. 2022): clipfrac is usually 0.1-0.2")
 
 
 def approxkl_high(table: MetricTable) -> Detection | None:
-    return _above(table, "policy/approxkl", APPROXKL_LIMIT, "updates too large",
-                  "healthy demo runs stay below 0.15 (docs/benchmarks.md); PPO targets ~0.01-0.02 per update")
+    """Approximate KL between consecutive policies persistently high: steps too large."""
+    return _crossing(table, "policy/approxkl", lambda v: v > APPROXKL_LIMIT,
+                     lambda s: f"updates too large: policy/approxkl {max(s.values):.3g}",
+                     f"smoothed policy/approxkl > {APPROXKL_LIMIT}",
+                     "healthy demo runs stay below 0.15 (docs/benchmarks.md); PPO targets ~0.01-0.02 per update")
 
 
 def value_explained_variance_low(table: MetricTable) -> Detection | None:
@@ -444,10 +444,8 @@ RULES: tuple[Rule, ...] = (
          reward_hacking_proxy.__doc__),
     Rule("proxy_out_of_range", "reward_hacking", ("reward/proxy_mean",), proxy_out_of_range, proxy_out_of_range.__doc__),
     Rule("ratio_off", "ppo_instability", ("policy/ratio_mean",), ratio_off, ratio_off.__doc__),
-    Rule("clipfrac_high", "ppo_instability", ("policy/clipfrac",), clipfrac_high,
-         "Fraction of clipped tokens persistently high: steps too large."),
-    Rule("approxkl_high", "ppo_instability", ("policy/approxkl",), approxkl_high,
-         "Approximate KL between consecutive policies persistently high: steps too large."),
+    Rule("clipfrac_high", "ppo_instability", ("policy/clipfrac",), clipfrac_high, clipfrac_high.__doc__),
+    Rule("approxkl_high", "ppo_instability", ("policy/approxkl",), approxkl_high, approxkl_high.__doc__),
     Rule("value_explained_variance_low", "ppo_instability", ("value/explained_variance",),
          value_explained_variance_low, value_explained_variance_low.__doc__),
     Rule("non_finite", "ppo_instability", (), non_finite, non_finite.__doc__),
