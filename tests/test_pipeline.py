@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from rlhflab.cli import app
 from rlhflab.config import config_from_run, load_config
-from rlhflab.pipeline import run_pipeline
-from rlhflab.ppo.trainer import PPOComponents, load_ppo_state, ppo_iteration
+from rlhflab.ppo.components import PPOComponents
+from rlhflab.ppo.trainer import load_ppo_state, ppo_iteration
 from rlhflab.ppo import losses
 from rlhflab.models.lm import build_tiny_lm
 from rlhflab.runs import RunDir, read_jsonl
@@ -24,12 +24,6 @@ kl/k3_mean kl/coef policy/entropy policy/approxkl policy/clipfrac policy/ratio_m
 policy/loss policy/grad_norm value/loss value/clipfrac value/explained_variance adv/mean adv/std
 response/length_mean response/eos_rate response/distinct_1 response/distinct_2 response/self_bleu lr
 time/rollout_s time/train_s tokens/generated""".split()
-
-
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory) -> RunDir:
-    config = load_config("smoke")
-    return run_pipeline(config, tmp_path_factory.mktemp("smoke") / "run", show_progress=False).run
 
 
 def test_run_directory_layout(smoke_run: RunDir):

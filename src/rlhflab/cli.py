@@ -27,9 +27,13 @@ ConfigOption = typer.Option(None, "--config", help="TOML config file (sections s
 OverridesArgument = typer.Argument(None, help="Dotted overrides, e.g. ppo.kl_coef=0.02", show_default=False)
 
 
-def _config(preset: str, config_file: Optional[Path], overrides: Optional[list[str]]) -> PipelineConfig:
+FaultOption = typer.Option(None, "--fault", help="Inject a named fault from the zoo (rlhflab faults list).")
+
+
+def _config(preset: str, config_file: Optional[Path], overrides: Optional[list[str]],
+            fault: Optional[str] = None) -> PipelineConfig:
     try:
-        return load_config(preset, config_file, overrides or [])
+        return load_config(preset, config_file, overrides or [], fault)
     except ConfigError as err:
         console.print(f"[red]config error:[/red] {err}")
         raise typer.Exit(2) from None
@@ -47,27 +51,30 @@ def pipeline(
     preset: str = PresetOption,
     config_file: Optional[Path] = ConfigOption,
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/<preset>-<time>)."),
+    fault: Optional[str] = FaultOption,
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """All three stages on the embedded reviews world, then a summary."""
+    """All three stages on the embedded reviews world, then the doctor and a summary."""
+    from rlhflab.faults.zoo import components_for
     from rlhflab.pipeline import print_summary, run_pipeline
 
-    config = _config(preset, config_file, overrides)
+    config = _config(preset, config_file, overrides, fault)
     out = out or _default_out(preset)
-    result = run_pipeline(config, out, show_progress=not quiet)
+    result = run_pipeline(config, out, components_for(config), show_progress=not quiet)
     print_summary(result.summary)
     console.print(f"run directory: {out}")
 
 
-def _stage_config(run: Path, preset: str, config_file: Optional[Path], overrides: Optional[list[str]]) -> PipelineConfig:
+def _stage_config(run: Path, preset: str, config_file: Optional[Path], overrides: Optional[list[str]],
+                  fault: Optional[str] = None) -> PipelineConfig:
     """A stage run into an existing run directory reuses its config unless one is given."""
-    if (run / "config.toml").is_file() and config_file is None and not overrides:
+    if (run / "config.toml").is_file() and config_file is None and not overrides and not fault:
         try:
             return config_from_run(run)
         except ConfigError as err:
             console.print(f"[red]config error:[/red] {err}")
             raise typer.Exit(2) from None
-    return _config(preset, config_file, overrides)
+    return _config(preset, config_file, overrides, fault)
 
 
 def _require(path: Path, what: str) -> None:
@@ -120,18 +127,20 @@ def ppo(
     out: Path = typer.Option(..., "--out", help="Run directory holding stage1_lm/ and stage2_rm/."),
     preset: str = PresetOption,
     config_file: Optional[Path] = ConfigOption,
+    fault: Optional[str] = FaultOption,
     quiet: bool = typer.Option(False, "--quiet"),
 ) -> None:
     """Stage 3: PPO against the reward model with a KL penalty to the stage-1 model."""
+    from rlhflab.faults.zoo import components_for
     from rlhflab.ppo.trainer import run_ppo
     from rlhflab.runs import RunDir
 
     run = RunDir(out)
     _require(run.stage1_lm, "pretrain")
     _require(run.stage2_rm, "reward")
-    config = _stage_config(out, preset, config_file, overrides)
+    config = _stage_config(out, preset, config_file, overrides, fault)
     save_config(config, run.create().config)
-    console.print(run_ppo(config, run, show_progress=not quiet))
+    console.print(run_ppo(config, run, components_for(config), show_progress=not quiet))
 
 
 def print_diagnosis(diagnosis, run_name: str) -> None:
@@ -248,6 +257,92 @@ def verify(
         console.print("the original run had no finding")
     if result.new_findings:
         console.print(f"[yellow]new findings after the fix:[/yellow] {', '.join(result.new_findings)}")
+
+
+@app.command()
+def checkup(run: Path = typer.Argument(..., help="Run directory holding stage1_lm/ and stage2_rm/")) -> None:
+    """Component probes (KL 0 at start, ratio 1, logprob agreement, padding invariance, masks, GAE,
+    reward model health, reward scale): pass/fail with the measured number; writes RUN/checkup.json."""
+    from rich.table import Table
+
+    from rlhflab.doctor.probes import run_checkup
+    from rlhflab.runs import RunDir
+
+    _require(run / "stage1_lm", "pretrain")
+    _require(run / "stage2_rm", "reward")
+    from rlhflab.faults.zoo import components_for
+
+    config = _stage_config(run, "demo", None, None)
+    results = run_checkup(config, RunDir(run), components_for(config))
+    table = Table(title=f"checkup: {run}")
+    for column in ("probe", "component", "result", "measured", "tolerance", "what"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(r.name, r.component, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]",
+                      f"{r.measured:.3g}", r.tolerance, r.detail)
+    console.print(table)
+    if not all(r.passed for r in results):
+        raise typer.Exit(1)
+
+
+faults_app = typer.Typer(no_args_is_help=True, help="The fault zoo: named wrong components that reproduce failures.")
+app.add_typer(faults_app, name="faults")
+
+
+@faults_app.command("list")
+def faults_list() -> None:
+    """Every fault: name, component, expected symptom, and the real-world bug it models."""
+    from rich.table import Table
+
+    from rlhflab.faults.zoo import FAULTS
+
+    table = Table(title="fault zoo")
+    for column in ("name", "component", "expected symptom", "models"):
+        table.add_column(column)
+    for f in FAULTS:
+        table.add_row(f.name, f.component, f.symptom, f.models)
+    console.print(table)
+
+
+@faults_app.command("show")
+def faults_show(name: str = typer.Argument(..., help="Fault name")) -> None:
+    """One fault in full, with what it replaces and its config."""
+    import inspect
+
+    from rlhflab.faults.zoo import get_fault
+
+    try:
+        fault = get_fault(name)
+    except KeyError as err:
+        console.print(f"[red]error:[/red] {err.args[0]}")
+        raise typer.Exit(2) from None
+    console.print(f"[bold]{fault.name}[/bold]  component: {fault.component}\n"
+                  f"models: {fault.models}\nexpected symptom: {fault.symptom}\nreplaces: {fault.replaces}")
+    config = fault.config(load_config("demo"))
+    if config:
+        console.print("config: " + " ".join(f"{k}={v}" for k, v in config.items()) + " (on the demo preset)")
+    for field_name, function in fault.code.items():
+        console.print(f"code: {field_name} = {function.__name__}: {inspect.getdoc(function)}")
+
+
+@faults_app.command("bench")
+def faults_bench(
+    preset: str = typer.Option("smoke", "--preset", help="Size of every run: smoke or demo."),
+    seeds: list[int] = typer.Option([0, 1, 2], "--seed", help="Seeds of the healthy runs (repeatable)."),
+    only: Optional[list[str]] = typer.Option(None, "--fault", help="Bench only these faults (repeatable)."),
+    out: Path = typer.Option(Path("runs/faults-bench"), "--out", help="Where the runs go."),
+    doc: Path = typer.Option(Path("docs/faults.md"), "--doc", help="Markdown table to write."),
+) -> None:
+    """Run the healthy pipeline and every fault, then the checkup and the doctor; score them."""
+    from rlhflab.faults.bench import run_bench
+
+    command = "rlhflab faults bench --preset " + preset + "".join(f" --seed {s}" for s in seeds) + "".join(
+        f" --fault {f}" for f in only or [])
+    healthy, rows = run_bench(preset, seeds, out, only, doc, command)
+    for r in healthy + rows:
+        console.print(f"{r.name:40s} detected={r.detected!s:5s} first={r.first_component or '-':22s} "
+                      f"findings={','.join(r.findings) or '-'} probes={','.join(r.failed_probes) or '-'} {r.seconds:.0f}s")
+    console.print(f"wrote {doc}")
 
 
 if __name__ == "__main__":  # pragma: no cover

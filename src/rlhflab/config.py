@@ -151,6 +151,8 @@ class PipelineConfig:
 
     seed: int = 0
     """Seed of every random stream (data, init, sampling)."""
+    fault: str = ""
+    """Name of an injected fault from the zoo (`rlhflab faults list`); empty for a correct pipeline."""
     world: WorldConfig = field(default_factory=WorldConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -197,7 +199,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 _RANGES: dict[str, tuple[float, float]] = {
     # key: (low, high), inclusive; anything numeric not listed must be >= 0.
-    "ppo.clip_eps": (1e-6, 10.0),
+    "ppo.clip_eps": (1e-6, 1e6),
+    "ppo.value_clip_eps": (1e-6, 1e6),
+    "ppo.entropy_coef": (-1.0, 1.0),
     "ppo.gamma": (0.0, 1.0),
     "ppo.lam": (0.0, 1.0),
     "ppo.temperature": (1e-3, 100.0),
@@ -294,10 +298,10 @@ def apply_overrides(config: PipelineConfig, overrides: dict[str, Any], source: s
     for key, raw in overrides.items():
         parts = key.split(".")
         if len(parts) == 1:
-            if key != "seed":
-                raise ConfigError(_unknown(key, source, ["seed", *SECTIONS]))
-            top["seed"] = _coerce(key, raw, int, source)
-            _check_range(key, top["seed"], source)
+            if key not in ("seed", "fault"):
+                raise ConfigError(_unknown(key, source, ["seed", "fault", *SECTIONS]))
+            top[key] = _coerce(key, raw, int if key == "seed" else str, source)
+            _check_range(key, top[key], source)
             continue
         if len(parts) != 2 or parts[0] not in sections:
             raise ConfigError(_unknown(key, source, ["seed", *SECTIONS]))
@@ -324,6 +328,11 @@ def _unknown(key: str, source: str, known: list[str]) -> str:
 
 def _check_consistency(config: PipelineConfig) -> None:
     ppo, pre = config.ppo, config.pretrain
+    if config.fault:
+        from rlhflab.faults.zoo import BY_NAME
+
+        if config.fault not in BY_NAME:
+            raise ConfigError(f"fault = {config.fault!r}: unknown fault; known: {', '.join(BY_NAME)}")
     if ppo.batch_size % ppo.minibatches:
         raise ConfigError(
             f"ppo.batch_size = {ppo.batch_size} must be divisible by ppo.minibatches = {ppo.minibatches}"
@@ -371,8 +380,10 @@ def load_config(
     preset: str = "demo",
     config_file: Path | None = None,
     overrides: list[str] | dict[str, Any] | None = None,
+    fault: str | None = None,
 ) -> PipelineConfig:
-    """Defaults, then the preset, then the TOML file, then the dotted overrides."""
+    """Defaults, then the preset, then the TOML file, then the dotted overrides; then a
+    fault's own config (it sets its component's keys, so it comes last)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
     config = apply_overrides(PipelineConfig(), PRESETS[preset], source=f"preset {preset}")
@@ -381,6 +392,14 @@ def load_config(
     if overrides:
         pairs = overrides if isinstance(overrides, dict) else dict(parse_override(o) for o in overrides)
         config = apply_overrides(config, pairs, source="override")
+    if fault:
+        from rlhflab.faults.zoo import get_fault
+
+        try:
+            chosen = get_fault(fault)
+        except KeyError as err:
+            raise ConfigError(str(err.args[0])) from None
+        config = apply_overrides(config, {"fault": fault, **chosen.config(config)}, source=f"fault {fault}")
     return config
 
 
@@ -400,7 +419,8 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 def to_toml(config: PipelineConfig) -> str:
     """Every field written out; unset optional fields appear as a comment."""
-    lines = ["# rlhflab resolved config: every default written out", f"seed = {config.seed}", ""]
+    lines = ["# rlhflab resolved config: every default written out", f"seed = {config.seed}",
+             f"fault = {_toml_value(config.fault)}", ""]
     for section_name in SECTIONS:
         section = getattr(config, section_name)
         lines.append(f"[{section_name}]")

@@ -12,7 +12,8 @@ from rlhflab.config import PipelineConfig, save_config
 from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
 from rlhflab.doctor.readers import read_run
 from rlhflab.doctor.report import write_report
-from rlhflab.ppo.trainer import PPOComponents, run_ppo
+from rlhflab.ppo.components import PPOComponents
+from rlhflab.ppo.trainer import run_ppo
 from rlhflab.progress import console
 from rlhflab.runs import RunDir, write_json
 from rlhflab.stages.pretrain import run_pretrain
@@ -38,7 +39,7 @@ def run_pipeline(
     pre = run_pretrain(config, run, show_progress)
     timings["pretrain_s"] = time.perf_counter() - start
     start = time.perf_counter()
-    rm = run_reward(config, run, show_progress)
+    rm = run_reward(config, run, show_progress, components.score)
     timings["reward_s"] = time.perf_counter() - start
     start = time.perf_counter()
     evaluation = run_ppo(config, run, components, show_progress)

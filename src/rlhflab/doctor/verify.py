@@ -40,6 +40,8 @@ class VerifyResult:
 
 def first_stage_to_rerun(fix: dict[str, str]) -> str:
     sections = {key.split(".")[0] for key in fix}
+    if "fault" in sections:
+        return "pretrain"  # a fault may have shaped any stage
     if sections <= {"ppo"}:
         return "ppo"
     if sections <= {"ppo", "reward"}:
@@ -71,7 +73,7 @@ def rerun(config: PipelineConfig, source: RunDir, out: RunDir, first_stage: str,
     if first_stage == "pretrain":
         run_pretrain(config, out, show_progress)
     if first_stage in ("pretrain", "reward"):
-        run_reward(config, out, show_progress)
+        run_reward(config, out, show_progress, components.score)
     run_ppo(config, out, components, show_progress)
 
 
@@ -89,13 +91,14 @@ def compare(before: Diagnosis, after: Diagnosis, before_run: Path, after_run: Pa
 
 def verify(run_dir: Path, fixes: list[str], out: Path | None = None, components=None,
            show_progress: bool = True) -> VerifyResult:
-    from rlhflab.ppo.trainer import PPOComponents
+    from rlhflab.faults.zoo import components_for
 
     source = RunDir(Path(run_dir))
     fix = dict(parse_override(f) for f in fixes)
     config = apply_overrides(config_from_run(source.root), fix, source="--fix")
     target = RunDir(Path(out) if out else source.root.parent / f"{source.root.name}-verify")
-    rerun(config, source, target, first_stage_to_rerun(fix), components or PPOComponents(), show_progress)
+    # The rerun keeps the run's fault unless the fix removes it (`--fix fault=`).
+    rerun(config, source, target, first_stage_to_rerun(fix), components or components_for(config), show_progress)
 
     before, after = diagnose_path(source.root), diagnose_path(target.root)
     write_diagnosis(before, source.diagnosis)

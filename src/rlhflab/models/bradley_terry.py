@@ -12,7 +12,6 @@ as one batch element; we take a plain mean over the pairs given.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 

@@ -54,7 +54,8 @@ def response_logprobs(
     attention_mask: Tensor,
     prompt_len: int,
     temperature: float,
+    logits_fn=response_logits,
 ) -> Tensor:
     """Log pi(response token | prefix) at `temperature`. (B, T)"""
-    logits, _ = response_logits(model, input_ids, attention_mask, prompt_len, temperature)
+    logits, _ = logits_fn(model, input_ids, attention_mask, prompt_len, temperature)
     return logprobs_from_logits(logits, input_ids[:, prompt_len:])

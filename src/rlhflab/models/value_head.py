@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
@@ -29,10 +28,11 @@ class PolicyWithValue(nn.Module):
         nn.init.zeros_(self.value_head.bias)
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor, prompt_len: int, temperature: float
+        self, input_ids: Tensor, attention_mask: Tensor, prompt_len: int, temperature: float,
+        logits_fn=response_logits,
     ) -> tuple[Tensor, Tensor]:
         """Response logits (B, T, V) at `temperature` and values (B, T)."""
-        logits, hidden = response_logits(
+        logits, hidden = logits_fn(
             self.lm, input_ids, attention_mask, prompt_len, temperature, output_hidden_states=True
         )
         values = self.value_head(hidden).squeeze(-1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, fields
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -19,7 +20,7 @@ from torch import Tensor
 from rlhflab.data.batching import decode_responses, encode_prompts, join_prompt_response
 from rlhflab.models.forward import response_logprobs
 from rlhflab.models.reward_model import score_sequences
-from rlhflab.models.sampling import sample_responses
+from rlhflab.ppo.components import PPOComponents, standardise
 from rlhflab.ppo.losses import logprobs_from_logits
 
 
@@ -71,11 +72,13 @@ class RewardFunction:
     std: float
     normalize: bool
     missing_eos_penalty: float
+    score_fn: Callable = score_sequences
+    transform: Callable = standardise
 
     @torch.no_grad()
     def __call__(self, input_ids: Tensor, attention_mask: Tensor, has_eos: Tensor) -> tuple[Tensor, Tensor]:
-        raw = score_sequences(self.model, input_ids, attention_mask)
-        proxy = (raw - self.mean) / self.std if self.normalize else raw
+        raw = self.score_fn(self.model, input_ids, attention_mask)
+        proxy = self.transform(raw, self.mean, self.std, self.normalize)
         # Penalise truncated responses (TRL `missing_eos_penalty`; Huang et al. 2023).
         scores = proxy - self.missing_eos_penalty * (~has_eos).float()
         return proxy, scores
@@ -91,25 +94,30 @@ def make_rollout(
     response_length: int,
     temperature: float,
     generator: torch.Generator,
+    components: PPOComponents = PPOComponents(),
     timings: dict[str, float] | None = None,
 ) -> Rollout:
+    c = components
     timings = {} if timings is None else timings
     start = time.perf_counter()
     policy.eval()
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts)
-    samples = sample_responses(
+    samples = c.sample(
         policy.lm, prompt_ids, prompt_mask, response_length, temperature,
         tokenizer.eos_token_id, tokenizer.pad_token_id, generator,
     )
+    mask = c.response_mask(samples.mask)
     timings["rollout"] = time.perf_counter() - start
     start = time.perf_counter()
     input_ids, attention_mask = join_prompt_response(prompt_ids, prompt_mask, samples.response_ids, samples.mask)
     P = prompt_ids.shape[1]
-    logits, values = policy(input_ids, attention_mask, P, temperature)
+    with c.rollout_mode(policy):
+        logits, values = policy(input_ids, attention_mask, P, temperature, c.response_logits)
+    policy.eval()
     logprobs = logprobs_from_logits(logits, samples.response_ids)
-    ref_logprobs = response_logprobs(reference, input_ids, attention_mask, P, temperature)
+    ref_logprobs = response_logprobs(reference, input_ids, attention_mask, P, temperature, c.response_logits)
     proxy, scores = reward(input_ids, attention_mask, samples.has_eos)
-    zero = ~samples.mask
+    zero = ~mask
     timings["score"] = time.perf_counter() - start
     return Rollout(
         prompts=list(prompts),
@@ -117,7 +125,7 @@ def make_rollout(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
         response_ids=samples.response_ids,
-        mask=samples.mask,
+        mask=mask,
         sampled_logprobs=samples.logprobs,
         logprobs=logprobs.masked_fill(zero, 0.0),
         ref_logprobs=ref_logprobs.masked_fill(zero, 0.0),

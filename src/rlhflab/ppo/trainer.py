@@ -9,10 +9,8 @@ Every metric of the update is averaged over all minibatches and epochs.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -26,34 +24,15 @@ from rlhflab.metrics.stats import explained_variance, masked_mean
 from rlhflab.models.lm import load_causal_lm
 from rlhflab.models.reward_model import load_reward_model, reward_normalizer
 from rlhflab.models.value_head import PolicyWithValue
-from rlhflab.ppo import advantages as adv_math
 from rlhflab.ppo import losses
+from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.evaluation import evaluate_policy
-from rlhflab.ppo.kl import AdaptiveKLController, FixedKLController, KLController, kl_estimate
+from rlhflab.ppo.kl import KLController, kl_estimate
 from rlhflab.ppo.rollout import RewardFunction, Rollout, make_rollout
 from rlhflab.progress import console, progress_bar
 from rlhflab.runs import RunDir, append_jsonl, stage_logger, write_json
 from rlhflab.seeding import derive_seed, torch_generator
 from rlhflab.worlds.reviews import ReviewsWorld
-
-
-def kl_controller_from_config(config: PPOConfig) -> KLController:
-    """Adaptive (Ziegler et al. 2019) when a target is set, otherwise fixed."""
-    if config.kl_target is not None:
-        return AdaptiveKLController(config.kl_coef, config.kl_target, config.kl_horizon)
-    return FixedKLController(config.kl_coef)
-
-
-@dataclass(frozen=True)
-class PPOComponents:
-    """The parts of the loop a fault may replace; defaults are the correct ones."""
-
-    shape_rewards: Callable = adv_math.shape_rewards
-    gae: Callable = adv_math.gae
-    whiten: Callable = adv_math.whiten
-    policy_loss: Callable = losses.policy_loss
-    value_loss: Callable = losses.value_loss
-    make_kl_controller: Callable[[PPOConfig], KLController] = kl_controller_from_config
 
 
 @dataclass
@@ -104,7 +83,8 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
         for start in range(0, batch, size):
             index = order[start : start + size]
             mb = rollout.select(index)
-            logits, values = state.policy(mb.input_ids, mb.attention_mask, mb.prompt_len, cfg.temperature)
+            logits, values = state.policy(mb.input_ids, mb.attention_mask, mb.prompt_len, cfg.temperature,
+                                          c.response_logits)
             logprobs = losses.logprobs_from_logits(logits, mb.response_ids)
             pg_loss, pg = c.policy_loss(logprobs, mb.logprobs, adv.advantages[index], mb.mask, cfg.clip_eps)
             vf_loss, vf = c.value_loss(values, mb.values, adv.returns[index], mb.mask, cfg.value_clip_eps)
@@ -138,7 +118,7 @@ def ppo_iteration(state: PPOState, prompts: list[str], generator: torch.Generato
     timings: dict[str, float] = {}
     rollout = make_rollout(
         state.policy, state.reference, state.reward, state.tokenizer, prompts,
-        state.config.response_length, state.config.temperature, generator, timings,
+        state.config.response_length, state.config.temperature, generator, state.components, timings,
     )
     start = time.perf_counter()
     adv = compute_advantages(state, rollout)
@@ -194,10 +174,11 @@ def load_ppo_state(config: PipelineConfig, run: RunDir, components: PPOComponent
     torch.manual_seed(derive_seed(config.seed, "ppo-init"))
     tokenizer = ReviewsWorld(config.world).tokenizer()
     policy = PolicyWithValue(load_causal_lm(run.stage1_lm))
-    reference = load_causal_lm(run.stage1_lm).eval().requires_grad_(False)
+    reference = components.make_reference(run.stage1_lm, policy.lm)
     reward_model = load_reward_model(run.stage2_rm).eval().requires_grad_(False)
     mean, std = reward_normalizer(reward_model)
-    reward = RewardFunction(reward_model, mean, std, cfg.normalize_reward, cfg.missing_eos_penalty)
+    reward = RewardFunction(reward_model, mean, std, cfg.normalize_reward, cfg.missing_eos_penalty,
+                            components.score, components.reward_transform)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
     return PPOState(cfg, policy, reference, reward, tokenizer, optimizer, components.make_kl_controller(cfg), components)
 
@@ -226,7 +207,7 @@ def run_ppo(
     stopped = None
     with progress_bar("stage 3 ppo", cfg.iterations, show_progress) as bar:
         for step in range(cfg.iterations):
-            prompts = world.prompts(cfg.batch_size, derive_seed(config.seed, "ppo-prompts", str(step)))
+            prompts = components.prompts(world, cfg.batch_size, derive_seed(config.seed, "ppo-prompts", str(step)))
             rollout, metrics = ppo_iteration(state, prompts, generator)
             gold = world.gold(rollout.prompts, rollout.responses)
             metrics["reward/gold_mean"] = sum(gold) / len(gold)

@@ -119,9 +119,9 @@ def _pad_right(x: Tensor, width: int, value) -> Tensor:
 
 
 @torch.no_grad()
-def score_all(model, ids: Tensor, mask: Tensor, batch_size: int = 512) -> Tensor:
+def score_all(model, ids: Tensor, mask: Tensor, score_fn=score_sequences, batch_size: int = 512) -> Tensor:
     model.eval()
-    return torch.cat([score_sequences(model, ids[i : i + batch_size], mask[i : i + batch_size])
+    return torch.cat([score_fn(model, ids[i : i + batch_size], mask[i : i + batch_size])
                       for i in range(0, len(ids), batch_size)])
 
 
@@ -131,17 +131,17 @@ def pearson(x: Tensor, y: Tensor) -> float:
     return float((x * y).sum()) / denominator if denominator > 0 else math.nan
 
 
-def group_scores(model, c: Comparisons) -> Tensor:
+def group_scores(model, c: Comparisons, score_fn=score_sequences) -> Tensor:
     """Scores of every response. (N, K)"""
     N, K, L = c.ids.shape
-    return score_all(model, c.ids.view(N * K, L), c.mask.view(N * K, L)).view(N, K)
+    return score_all(model, c.ids.view(N * K, L), c.mask.view(N * K, L), score_fn).view(N, K)
 
 
 @torch.no_grad()
-def evaluate_reward_model(model, val: Comparisons, gold: Comparisons) -> dict[str, float]:
+def evaluate_reward_model(model, val: Comparisons, gold: Comparisons, score_fn=score_sequences) -> dict[str, float]:
     """Held-out label accuracy, agreement with gold on fresh pairs, and score-length correlation."""
-    chosen, rejected = pair_scores(group_scores(model, val), val.pairs, val.first_preferred)
-    scores = group_scores(model, gold)
+    chosen, rejected = pair_scores(group_scores(model, val, score_fn), val.pairs, val.first_preferred)
+    scores = group_scores(model, gold, score_fn)
     first, second = scores[:, gold.pairs[:, 0]], scores[:, gold.pairs[:, 1]]
     g_first, g_second = gold.gold[:, gold.pairs[:, 0]], gold.gold[:, gold.pairs[:, 1]]
     decided = g_first != g_second
@@ -159,7 +159,9 @@ def prompts_for(comparisons: int, responses_per_prompt: int) -> int:
     return math.ceil(comparisons / per_prompt)
 
 
-def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True) -> RewardResult:
+def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
+               score_fn=score_sequences) -> RewardResult:
+    """Train and save the reward model; `score_fn` reads a score from the model (a component)."""
     cfg = config.reward
     K = cfg.responses_per_prompt
     start = time.perf_counter()
@@ -199,7 +201,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True) 
                 batch = train.select(permutation[i * cfg.batch_size : (i + 1) * cfg.batch_size])
                 N, _, L = batch.ids.shape
                 width = int(batch.mask.view(N * K, L).any(0).nonzero().max()) + 1
-                scores = score_sequences(model, batch.ids.view(N * K, L)[:, :width], batch.mask.view(N * K, L)[:, :width])
+                scores = score_fn(model, batch.ids.view(N * K, L)[:, :width], batch.mask.view(N * K, L)[:, :width])
                 chosen, rejected = pair_scores(scores.view(N, K), batch.pairs, batch.first_preferred)
                 loss, accuracy = bt_loss(chosen, rejected)
                 optimizer.zero_grad(set_to_none=True)
@@ -209,7 +211,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True) 
                 loss_value, acc_value = loss.item(), accuracy.item()
                 metrics = {"rm/train_loss": loss_value, "rm/train_acc": acc_value, "lr": lr}
                 if i == steps_per_epoch - 1:
-                    evaluation = evaluate_reward_model(model, val, gold)
+                    evaluation = evaluate_reward_model(model, val, gold, score_fn)
                     metrics |= evaluation | {"epoch": epoch + 1}
                 logger.log(step, metrics)
                 bar.advance(info=f"loss {loss_value:.3f} acc {acc_value:.2f}")
@@ -217,7 +219,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True) 
     logger.close()
 
     # Standardise PPO rewards by the scores of the distribution the RM was trained on.
-    train_scores = group_scores(model, train).flatten()
+    train_scores = group_scores(model, train, score_fn).flatten()
     model.config.reward_mean = float(train_scores.mean())
     model.config.reward_std = float(train_scores.std())
     model.config.reward_min = float(train_scores.min())

@@ -1,0 +1,199 @@
+"""The checkup: cheap probes that localise a bug without a training run.
+
+Each probe builds what it needs from a run's stage-1 and stage-2 models (and the PPO
+components in use, so a fault's replacement is what gets probed), measures one number,
+and passes when it is within a tolerance. A failed probe names its component; the
+doctor ranks that component first for the findings of the same run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from rlhflab.config import PipelineConfig
+from rlhflab.data.batching import join_prompt_response
+from rlhflab.doctor.findings import Component
+from rlhflab.models.forward import response_logprobs
+from rlhflab.ppo import losses
+from rlhflab.ppo.components import PPOComponents
+from rlhflab.ppo.trainer import PPOState, compute_advantages, load_ppo_state
+from rlhflab.ppo.rollout import make_rollout
+from rlhflab.runs import RunDir, write_json
+from rlhflab.seeding import derive_seed, torch_generator
+from rlhflab.worlds.reviews import ReviewsWorld
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    name: str
+    component: Component
+    passed: bool
+    measured: float
+    tolerance: str
+    detail: str
+
+
+@dataclass
+class ProbeContext:
+    """What the probes share: one PPO state and one rollout from it, before any update."""
+
+    config: PipelineConfig
+    state: PPOState
+    world: ReviewsWorld
+    prompts: list[str]
+
+    def rollout(self):
+        generator = torch_generator(self.config.seed, "checkup", "sampling")
+        return make_rollout(self.state.policy, self.state.reference, self.state.reward, self.state.tokenizer,
+                            self.prompts, self.config.ppo.response_length, self.config.ppo.temperature, generator,
+                            self.state.components)
+
+
+def _result(name, component, measured: float, limit: float, detail: str, below: bool = True) -> ProbeResult:
+    passed = measured <= limit if below else measured >= limit
+    return ProbeResult(name, component, bool(passed), float(measured), f"{'<=' if below else '>='} {limit:g}", detail)
+
+
+def probe_kl_zero_before_update(ctx: ProbeContext) -> ProbeResult:
+    rollout = ctx.rollout()
+    kl = float(((rollout.logprobs - rollout.ref_logprobs) * rollout.mask).sum(1).abs().max())
+    return _result("kl_zero_before_update", "logprob_bookkeeping", kl, 1e-4,
+                   "max |per-sequence KL| between the untrained policy and the reference")
+
+
+def probe_first_ratio_is_one(ctx: ProbeContext) -> ProbeResult:
+    rollout = ctx.rollout()
+    adv = compute_advantages(ctx.state, rollout)
+    size = len(rollout.prompts) // ctx.config.ppo.minibatches
+    mb = rollout.select(torch.arange(size))
+    with torch.no_grad():
+        logits, _ = ctx.state.policy(mb.input_ids, mb.attention_mask, mb.prompt_len, ctx.config.ppo.temperature,
+                                     ctx.state.components.response_logits)
+        logprobs = losses.logprobs_from_logits(logits, mb.response_ids)
+        _, stats = ctx.state.components.policy_loss(logprobs, mb.logprobs, adv.advantages[:size], mb.mask,
+                                                    ctx.config.ppo.clip_eps)
+    deviation = max(abs(float(stats.ratio_mean) - 1.0), float(stats.approxkl))
+    return _result("first_ratio_is_one", "logprob_bookkeeping", deviation, 1e-5,
+                   "max(|ratio_mean - 1|, approxkl) on the first minibatch before any update")
+
+
+def probe_sampled_logprobs_match(ctx: ProbeContext) -> ProbeResult:
+    rollout = ctx.rollout()
+    gap = float((rollout.sampled_logprobs - rollout.logprobs)[rollout.mask].abs().max())
+    return _result("sampled_logprobs_match_training_forward", "logprob_bookkeeping", gap, 1e-4,
+                   "max |logprob at sampling - logprob in the padded training forward|")
+
+
+def probe_padding_invariance(ctx: ProbeContext) -> ProbeResult:
+    """One sequence's logprobs and reward, alone and inside padded batches (left and right)."""
+    rollout = ctx.rollout()
+    lm, rm, T = ctx.state.policy.lm, ctx.state.reward.model, ctx.config.ppo.temperature
+    worst = 0.0
+    with torch.no_grad():
+        for row in range(min(4, len(rollout.prompts))):
+            p_mask, r_mask = rollout.prompt_mask[row], rollout.mask[row]
+            prompt = rollout.prompt_ids[row][p_mask][None]
+            response = rollout.response_ids[row][r_mask][None]
+            ids = torch.cat([prompt, response], 1)
+            ones = torch.ones_like(ids, dtype=torch.bool)
+            logits_fn, score_fn = ctx.state.components.response_logits, ctx.state.components.score
+            alone = response_logprobs(lm, ids, ones, prompt.shape[1], T, logits_fn)[0]
+            alone_score = score_fn(rm, ids, ones)[0]
+            batch_ids, batch_mask = join_prompt_response(rollout.prompt_ids, rollout.prompt_mask,
+                                                         rollout.response_ids, rollout.mask)
+            batched = response_logprobs(lm, batch_ids, batch_mask, rollout.prompt_len, T, logits_fn)[row][r_mask]
+            batched_score = score_fn(rm, batch_ids, batch_mask)[row]
+            worst = max(worst, float((alone - batched).abs().max()), float((alone_score - batched_score).abs()))
+    return _result("padding_invariance", "logprob_bookkeeping", worst, 1e-4,
+                   "max difference of a sequence's logprobs/score alone vs in a padded batch")
+
+
+def probe_reference_frozen(ctx: ProbeContext) -> ProbeResult:
+    policy_ptrs = {p.untyped_storage().data_ptr() for p in ctx.state.policy.parameters()}
+    shared = sum(p.untyped_storage().data_ptr() in policy_ptrs for p in ctx.state.reference.parameters())
+    trainable = sum(p.requires_grad for p in ctx.state.reference.parameters())
+    return _result("reference_frozen_and_separate", "kl_control", shared + trainable, 0,
+                   f"{shared} reference tensors share storage with the policy, {trainable} require grad")
+
+
+def probe_mask_covers_response(ctx: ProbeContext) -> ProbeResult:
+    rollout = ctx.rollout()
+    eos = ctx.state.tokenizer.eos_token_id
+    wrong = 0
+    for ids, mask in zip(rollout.response_ids, rollout.mask):
+        hits = (ids == eos).nonzero().flatten()
+        end = int(hits[0]) + 1 if len(hits) else len(ids)
+        expected = torch.arange(len(ids)) < end
+        wrong += int((expected != mask).sum())
+    return _result("mask_covers_response_through_eos", "advantages_values", wrong, 0,
+                   "response positions where the loss mask differs from 'up to and including the first EOS'")
+
+
+def probe_gae_matches_naive_loop(ctx: ProbeContext) -> ProbeResult:
+    rollout = ctx.rollout()
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.randn(rollout.mask.shape, generator=g) * rollout.mask
+    values = torch.randn(rollout.mask.shape, generator=g) * rollout.mask
+    gamma, lam = ctx.config.ppo.gamma, ctx.config.ppo.lam
+    advantages, _ = ctx.state.components.gae(rewards, values, rollout.mask, gamma, lam)
+    worst = 0.0
+    for b in range(rewards.shape[0]):
+        real = rollout.mask[b].nonzero().flatten().tolist()
+        running = 0.0
+        for k in reversed(range(len(real))):
+            t = real[k]
+            next_value = float(values[b, real[k + 1]]) if k + 1 < len(real) else 0.0
+            delta = float(rewards[b, t]) + gamma * next_value - float(values[b, t])
+            running = delta + gamma * lam * running
+            worst = max(worst, abs(running - float(advantages[b, t])))
+    return _result("gae_matches_naive_loop", "advantages_values", worst, 1e-4,
+                   "max |gae() - a per-token reference loop| on random rewards and values")
+
+
+def probe_reward_model_health(ctx: ProbeContext) -> list[ProbeResult]:
+    from rlhflab.stages.reward import evaluate_reward_model, sample_comparisons
+
+    cfg = ctx.config.reward
+    prompts = ctx.world.prompts(64, derive_seed(ctx.config.seed, "checkup-rm-prompts"))
+    pairs = sample_comparisons(ctx.state.reference, ctx.state.tokenizer, ctx.world, prompts, cfg.responses_per_prompt,
+                               cfg.response_length, cfg.sample_temperature, derive_seed(ctx.config.seed, "checkup-labels"),
+                               torch_generator(ctx.config.seed, "checkup", "rm"))
+    metrics = evaluate_reward_model(ctx.state.reward.model, pairs, pairs, ctx.state.components.score)
+    return [
+        _result("rm_prefers_chosen", "reward_model", metrics["rm/val_acc"], 0.6,
+                "accuracy on fresh labelled pairs of stage-1 samples", below=False),
+        _result("rm_score_not_mostly_length", "reward_model", abs(metrics["rm/length_corr"]), 0.5,
+                "|corr(score, response length)| on those samples"),
+    ]
+
+
+def probe_reward_normalised(ctx: ProbeContext) -> ProbeResult:
+    rollout = ctx.rollout()
+    std = float(rollout.proxy.std())
+    return _result("rewards_standardised", "reward_scaling", abs(std - 1.0), 0.5,
+                   f"|std of standardised scores of untrained-policy samples - 1| (std = {std:.3f})")
+
+
+PROBES: tuple[Callable[[ProbeContext], ProbeResult | list[ProbeResult]], ...] = (
+    probe_kl_zero_before_update, probe_first_ratio_is_one, probe_sampled_logprobs_match, probe_padding_invariance,
+    probe_reference_frozen, probe_mask_covers_response, probe_gae_matches_naive_loop, probe_reward_model_health,
+    probe_reward_normalised,
+)
+
+
+def run_checkup(config: PipelineConfig, run: RunDir, components: PPOComponents = PPOComponents()) -> list[ProbeResult]:
+    """Every probe on a run with stage-1 and stage-2 models; writes RUN/checkup.json."""
+    state = load_ppo_state(config, run, components)
+    world = ReviewsWorld(config.world)
+    prompts = world.prompts(config.ppo.batch_size, derive_seed(config.seed, "checkup-prompts"))
+    ctx = ProbeContext(config, state, world, prompts)
+    results: list[ProbeResult] = []
+    for probe in PROBES:
+        out = probe(ctx)
+        results.extend(out if isinstance(out, list) else [out])
+    write_json(Path(run.root) / "checkup.json", {"probes": [asdict(r) for r in results]})
+    return results

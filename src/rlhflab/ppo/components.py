@@ -1,0 +1,79 @@
+"""The replaceable parts of the RLHF pipeline, in one structure with the correct
+implementations as defaults. A fault (`rlhflab.faults`) is a documented, deliberately
+wrong replacement for exactly one field, so the main code never branches on a fault."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+from torch import Tensor
+
+from rlhflab.config import PPOConfig
+from rlhflab.models.forward import response_logits
+from rlhflab.models.lm import load_causal_lm
+from rlhflab.models.reward_model import score_sequences
+from rlhflab.models.sampling import sample_responses
+from rlhflab.ppo import advantages, losses
+from rlhflab.ppo.kl import AdaptiveKLController, FixedKLController, KLController
+
+
+def kl_controller_from_config(config: PPOConfig) -> KLController:
+    """Adaptive (Ziegler et al. 2019) when a target is set, otherwise fixed."""
+    if config.kl_target is not None:
+        return AdaptiveKLController(config.kl_coef, config.kl_target, config.kl_horizon)
+    return FixedKLController(config.kl_coef)
+
+
+def load_reference(stage1_dir: Path, policy_lm: torch.nn.Module) -> torch.nn.Module:
+    """A separate, frozen copy of the stage-1 model (shares nothing with the policy)."""
+    return load_causal_lm(stage1_dir).eval().requires_grad_(False)
+
+
+def standardise(raw: Tensor, mean: float, std: float, normalize: bool) -> Tensor:
+    """Reward-model scores to zero mean, unit std on the RM's training distribution."""
+    return (raw - mean) / std if normalize else raw
+
+
+def keep_mask(mask: Tensor) -> Tensor:
+    """The response mask as sampled: True up to and including the first EOS."""
+    return mask
+
+
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """Forwards that record rollout logprobs run with dropout off."""
+    model.eval()
+    yield
+
+
+def world_prompts(world, n: int, seed: int) -> list[str]:
+    return world.prompts(n, seed)
+
+
+@dataclass(frozen=True)
+class PPOComponents:
+    """One field per component; see docs/implementation_details.md for each default."""
+
+    # Advantage and loss math.
+    shape_rewards: Callable = advantages.shape_rewards
+    gae: Callable = advantages.gae
+    whiten: Callable = advantages.whiten
+    policy_loss: Callable = losses.policy_loss
+    value_loss: Callable = losses.value_loss
+    # KL control.
+    make_kl_controller: Callable[[PPOConfig], KLController] = kl_controller_from_config
+    make_reference: Callable[[Path, torch.nn.Module], torch.nn.Module] = load_reference
+    # Logprob bookkeeping and sampling.
+    sample: Callable = sample_responses
+    response_logits: Callable = response_logits
+    response_mask: Callable[[Tensor], Tensor] = keep_mask
+    rollout_mode: Callable = eval_mode
+    # Reward.
+    score: Callable = score_sequences
+    reward_transform: Callable[[Tensor, float, float, bool], Tensor] = standardise
+    # Data.
+    prompts: Callable = world_prompts

@@ -1,0 +1,19 @@
+"""Test-wide settings: hypothesis runs deterministically and without per-example
+deadlines, so a loaded CI machine cannot turn a slow example into a failure."""
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "rlhflab", deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("rlhflab")
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """One smoke-preset pipeline run shared by the tests that only read it."""
+    from rlhflab.config import load_config
+    from rlhflab.pipeline import run_pipeline
+
+    return run_pipeline(load_config("smoke"), tmp_path_factory.mktemp("smoke") / "run", show_progress=False).run
