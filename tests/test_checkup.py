@@ -3,11 +3,13 @@
 import dataclasses
 import json
 
+import pytest
 import torch
 
 from rlhflab.config import load_config
 from rlhflab.doctor import probes
 from rlhflab.doctor.probes import ProbeContext, run_checkup
+from rlhflab.faults.zoo import get_fault
 from rlhflab.ppo import advantages
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.trainer import load_ppo_state
@@ -59,3 +61,34 @@ def test_kl_and_ratio_probes_fail_when_the_policy_differs_from_its_reference(smo
             p.add_(0.05 * torch.randn_like(p))
     assert not probes.probe_kl_zero_before_update(ctx).passed
     assert probes.probe_first_ratio_is_one(ctx).passed  # old and new are the same policy: still 1
+
+
+# Each probe and the faults it is meant to catch.
+CATCHES = [
+    ("ref_is_policy", probes.probe_reference_frozen),
+    ("logprob_off_by_one", probes.probe_sampled_logprobs_match),
+    ("temperature_mismatch", probes.probe_sampled_logprobs_match),
+    ("dropout_in_rollout", probes.probe_first_ratio_is_one),
+    ("no_response_mask", probes.probe_mask_covers_response),
+    ("rm_reads_pad", probes.probe_reward_padding_invariance),
+    ("gae_reversed", probes.probe_gae_matches_naive_loop),
+    ("reward_scale_100x", probes.probe_reward_normalised),
+    ("missing_eos_penalty_off_and_no_eos", probes.probe_sampled_logprobs_match),
+]
+
+
+@pytest.mark.parametrize("fault_name, probe", CATCHES, ids=[f"{f}-{p.__name__}" for f, p in CATCHES])
+def test_probe_fails_on_the_fault_it_is_meant_to_catch(smoke_run, fault_name, probe):
+    assert probe(context(smoke_run)).passed, "the probe must pass without the fault"
+    result = probe(context(smoke_run, get_fault(fault_name).components()))
+    assert not result.passed, (fault_name, result)
+
+
+def test_the_most_specific_failed_probe_ranks_first():
+    from rlhflab.doctor.causes import rank_causes
+    from rlhflab.doctor.table import MetricTable
+
+    table = MetricTable.from_records([{"step": i, "kl/mean": 0.0} for i in range(10)])
+    failed = {"rm_score_not_mostly_length": "reward_model", "mask_covers_response_through_eos": "advantages_values",
+              "first_ratio_is_one": "logprob_bookkeeping"}
+    assert rank_causes("ratio_off", table, failed)[0].component == "advantages_values"

@@ -13,6 +13,15 @@ from rlhflab.doctor.findings import Cause, Component, Fix
 from rlhflab.doctor.signals import baseline
 from rlhflab.doctor.table import MetricTable
 
+# How specific a failed checkup probe (doctor/probes.py) is: a weak RM fails its health
+# probes whatever else is wrong, while a failed mask or GAE probe points at one function.
+PROBE_SPECIFICITY = {
+    "rm_prefers_chosen": 0, "rm_score_not_mostly_length": 0, "rewards_standardised": 1,
+    "kl_zero_before_update": 2, "first_ratio_is_one": 2, "sampled_logprobs_match_training_forward": 2,
+    "logprob_padding_invariance": 3, "reward_padding_invariance": 3, "reference_frozen_and_separate": 3,
+    "mask_covers_response_through_eos": 3, "gae_matches_naive_loop": 3,
+}
+
 
 def _config(table: MetricTable):
     return table.meta.get("config")
@@ -138,6 +147,7 @@ def rank_causes(rule: str, table: MetricTable, failed_probes: dict[str, str] | N
                                                   f"(corr {_last(table, 'rm/length_corr'):+.2f})")
     if rule.startswith("reward_hacking") and _last(table, "rm/val_acc") is not None and _last(table, "rm/val_acc") < 0.6:
         causes = _promote(causes, "reward_model", f"the reward model is weak (val acc {_last(table, 'rm/val_acc'):.2f})")
-    for probe, component in (failed_probes or {}).items():
+    # Least specific first, so the most specific failed probe's component ends up first.
+    for probe, component in sorted((failed_probes or {}).items(), key=lambda item: PROBE_SPECIFICITY.get(item[0], 1)):
         causes = _promote(causes, component, f"the checkup probe '{probe}' failed")  # type: ignore[arg-type]
     return causes

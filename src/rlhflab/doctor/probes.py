@@ -88,28 +88,41 @@ def probe_sampled_logprobs_match(ctx: ProbeContext) -> ProbeResult:
                    "max |logprob at sampling - logprob in the padded training forward|")
 
 
-def probe_padding_invariance(ctx: ProbeContext) -> ProbeResult:
-    """One sequence's logprobs and reward, alone and inside padded batches (left and right)."""
+def _alone_and_batched(ctx: ProbeContext, rows: int = 4):
+    """(one row alone, the same row inside the padded batch) for the first `rows` rows."""
     rollout = ctx.rollout()
-    lm, rm, T = ctx.state.policy.lm, ctx.state.reward.model, ctx.config.ppo.temperature
+    batch_ids, batch_mask = join_prompt_response(rollout.prompt_ids, rollout.prompt_mask,
+                                                 rollout.response_ids, rollout.mask)
+    for row in range(min(rows, len(rollout.prompts))):
+        prompt = rollout.prompt_ids[row][rollout.prompt_mask[row]][None]
+        response = rollout.response_ids[row][rollout.mask[row]][None]
+        ids = torch.cat([prompt, response], 1)
+        yield (ids, torch.ones_like(ids, dtype=torch.bool), prompt.shape[1]), \
+              (batch_ids, batch_mask, rollout.prompt_len, row, rollout.mask[row])
+
+
+@torch.no_grad()
+def probe_logprob_padding_invariance(ctx: ProbeContext) -> ProbeResult:
+    """A sequence's logprobs alone and inside a left/right-padded batch."""
+    lm, T, logits_fn = ctx.state.policy.lm, ctx.config.ppo.temperature, ctx.state.components.response_logits
     worst = 0.0
-    with torch.no_grad():
-        for row in range(min(4, len(rollout.prompts))):
-            p_mask, r_mask = rollout.prompt_mask[row], rollout.mask[row]
-            prompt = rollout.prompt_ids[row][p_mask][None]
-            response = rollout.response_ids[row][r_mask][None]
-            ids = torch.cat([prompt, response], 1)
-            ones = torch.ones_like(ids, dtype=torch.bool)
-            logits_fn, score_fn = ctx.state.components.response_logits, ctx.state.components.score
-            alone = response_logprobs(lm, ids, ones, prompt.shape[1], T, logits_fn)[0]
-            alone_score = score_fn(rm, ids, ones)[0]
-            batch_ids, batch_mask = join_prompt_response(rollout.prompt_ids, rollout.prompt_mask,
-                                                         rollout.response_ids, rollout.mask)
-            batched = response_logprobs(lm, batch_ids, batch_mask, rollout.prompt_len, T, logits_fn)[row][r_mask]
-            batched_score = score_fn(rm, batch_ids, batch_mask)[row]
-            worst = max(worst, float((alone - batched).abs().max()), float((alone_score - batched_score).abs()))
-    return _result("padding_invariance", "logprob_bookkeeping", worst, 1e-4,
-                   "max difference of a sequence's logprobs/score alone vs in a padded batch")
+    for (ids, mask, P), (batch_ids, batch_mask, batch_P, row, real) in _alone_and_batched(ctx):
+        alone = response_logprobs(lm, ids, mask, P, T, logits_fn)[0]
+        batched = response_logprobs(lm, batch_ids, batch_mask, batch_P, T, logits_fn)[row][real]
+        worst = max(worst, float((alone - batched).abs().max()))
+    return _result("logprob_padding_invariance", "logprob_bookkeeping", worst, 1e-4,
+                   "max |logprob of a sequence alone - in a padded batch|")
+
+
+@torch.no_grad()
+def probe_reward_padding_invariance(ctx: ProbeContext) -> ProbeResult:
+    """A sequence's reward-model score alone and inside a padded batch."""
+    rm, score_fn = ctx.state.reward.model, ctx.state.components.score
+    worst = 0.0
+    for (ids, mask, _), (batch_ids, batch_mask, _, row, _) in _alone_and_batched(ctx):
+        worst = max(worst, abs(float(score_fn(rm, ids, mask)[0] - score_fn(rm, batch_ids, batch_mask)[row])))
+    return _result("reward_padding_invariance", "reward_model", worst, 1e-4,
+                   "max |reward score of a sequence alone - in a padded batch|")
 
 
 def probe_reference_frozen(ctx: ProbeContext) -> ProbeResult:
@@ -179,7 +192,8 @@ def probe_reward_normalised(ctx: ProbeContext) -> ProbeResult:
 
 
 PROBES: tuple[Callable[[ProbeContext], ProbeResult | list[ProbeResult]], ...] = (
-    probe_kl_zero_before_update, probe_first_ratio_is_one, probe_sampled_logprobs_match, probe_padding_invariance,
+    probe_kl_zero_before_update, probe_first_ratio_is_one, probe_sampled_logprobs_match,
+    probe_logprob_padding_invariance, probe_reward_padding_invariance,
     probe_reference_frozen, probe_mask_covers_response, probe_gae_matches_naive_loop, probe_reward_model_health,
     probe_reward_normalised,
 )
