@@ -1,6 +1,7 @@
 """`rlhflab faults bench`: score the doctor and the checkup on the fault zoo.
 
-Runs the healthy pipeline (several seeds) and every fault, each followed by the checkup
+Runs the healthy pipeline (several seeds) and every fault (on the first seed, reusing the
+healthy run's stages that come before the fault's component), each followed by the checkup
 (with the fault's components) and the doctor (which ranks causes with the failed
 probes), and writes a table to docs/faults.md: per fault, whether a finding appeared,
 whether the fault's component was ranked first, which probes failed, and the cost.
@@ -15,8 +16,12 @@ from pathlib import Path
 from rlhflab.config import load_config
 from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
 from rlhflab.doctor.probes import run_checkup
+from rlhflab.doctor.readers import read_run
+from rlhflab.doctor.report import write_report
 from rlhflab.faults.zoo import FAULTS, Fault, components_for
+from rlhflab.doctor.verify import rerun
 from rlhflab.pipeline import run_pipeline
+from rlhflab.runs import RunDir
 
 
 @dataclass
@@ -31,14 +36,28 @@ class BenchRow:
     seconds: float = 0.0
 
 
-def bench_one(preset: str, seed: int, out: Path, fault: Fault | None) -> BenchRow:
+def first_stage(fault: Fault) -> str:
+    """The earliest stage a fault touches: its runs reuse the healthy run's earlier stages."""
+    keys = fault.config(load_config("demo"))
+    if "score" in fault.code or any(k.startswith("reward.") for k in keys):
+        return "reward"
+    return "ppo"
+
+
+def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunDir | None = None) -> BenchRow:
+    """One run (a fresh pipeline, or the fault's stages on top of `base`), checkup, doctor."""
     start = time.perf_counter()
     config = load_config(preset, overrides=[f"seed={seed}"], fault=fault.name if fault else None)
     components = components_for(config)
-    run = run_pipeline(config, out, components, show_progress=False).run
+    if base is None:
+        run = run_pipeline(config, out, components, show_progress=False).run
+    else:
+        run = RunDir(out)
+        rerun(config, base, run, first_stage(fault), components, show_progress=False)
     probes = run_checkup(config, run, components)
     diagnosis = diagnose_path(run.root)  # ranks with the failed probes in RUN/checkup.json
     write_diagnosis(diagnosis, run.diagnosis)
+    write_report(run.root, read_run(run.root), diagnosis)
     first = diagnosis.findings[0].causes[0].component if diagnosis.findings and diagnosis.findings[0].causes else ""
     component = fault.component if fault else "none"
     return BenchRow(
@@ -84,8 +103,11 @@ def render(faulty: list[BenchRow], healthy: list[BenchRow], command: str) -> str
 
 
 def run_bench(preset: str, seeds: list[int], out: Path, names: list[str] | None, doc: Path, command: str):
+    """Healthy runs for every seed; each fault on the first seed, reusing the healthy run's
+    stages before the fault's component (same seeds, so those stages are identical)."""
     healthy = [bench_one(preset, seed, out / f"healthy-seed{seed}", None) for seed in seeds]
+    base = RunDir(out / f"healthy-seed{seeds[0]}")
     chosen = [f for f in FAULTS if not names or f.name in names]
-    rows = [bench_one(preset, seeds[0], out / fault.name, fault) for fault in chosen]
+    rows = [bench_one(preset, seeds[0], out / fault.name, fault, base) for fault in chosen]
     doc.write_text(render(rows, healthy, command), encoding="utf-8")
     return healthy, rows
