@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rlhflab.config import apply_overrides, load_config, save_config
 from rlhflab.doctor.diagnose import diagnose_path
+from rlhflab.doctor.signals import smooth
 from rlhflab.pipeline import run_pipeline
 from rlhflab.ppo.trainer import run_ppo
 from rlhflab.runs import RunDir, read_jsonl
@@ -38,10 +39,6 @@ def hacking_run(healthy: RunDir, config, out: Path) -> list[dict]:
     return read_jsonl(run.metrics("ppo")), [f.rule for f in diagnose_path(run.root).findings]
 
 
-def smooth(values: list[float], window: int = 5) -> list[float]:
-    return [statistics.fmean(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]
-
-
 def plot_hacking(curves: dict[int, list[dict]], path: Path) -> None:
     import matplotlib
 
@@ -51,8 +48,8 @@ def plot_hacking(curves: dict[int, list[dict]], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for seed, records in curves.items():
         steps = [r["step"] for r in records]
-        axes[0].plot(steps, smooth([r["reward/proxy_mean"] for r in records]), label=f"proxy, seed {seed}")
-        axes[0].plot(steps, smooth([r["reward/gold_mean"] for r in records]), "--", label=f"gold, seed {seed}")
+        axes[0].plot(steps, smooth([r["reward/proxy_mean"] for r in records], 5), label=f"proxy, seed {seed}")
+        axes[0].plot(steps, smooth([r["reward/gold_mean"] for r in records], 5), "--", label=f"gold, seed {seed}")
         axes[1].plot(steps, [r["kl/mean"] for r in records], label=f"seed {seed}")
     axes[0].set(title="ppo.kl_coef=0: reward (5-iteration mean)", xlabel="PPO iteration")
     axes[1].set(title="kl/mean (nats)", xlabel="PPO iteration", yscale="log")
@@ -64,7 +61,7 @@ def plot_hacking(curves: dict[int, list[dict]], path: Path) -> None:
 
 def hacking_summary(records: list[dict]) -> dict:
     """Where smoothed gold peaked, and what proxy and gold did after."""
-    gold, proxy = smooth([r["reward/gold_mean"] for r in records]), smooth([r["reward/proxy_mean"] for r in records])
+    gold, proxy = smooth([r["reward/gold_mean"] for r in records], 5), smooth([r["reward/proxy_mean"] for r in records], 5)
     peak = max(range(len(gold)), key=gold.__getitem__)
     return {
         "gold_peak_step": records[peak]["step"], "gold_peak": gold[peak], "gold_final": gold[-1],

@@ -10,7 +10,6 @@ from rlhflab.config import load_config
 from rlhflab.doctor import probes
 from rlhflab.doctor.probes import ProbeContext, run_checkup
 from rlhflab.faults.zoo import get_fault
-from rlhflab.ppo import advantages
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.trainer import load_ppo_state
 from rlhflab.worlds.reviews import ReviewsWorld
@@ -35,15 +34,8 @@ def test_every_probe_passes_on_the_healthy_pipeline(smoke_run):
     (smoke_run.root / "checkup.json").unlink()  # leave the shared run as it was
 
 
-def gae_forward_in_time(rewards, values, mask, gamma, lam):
-    """A wrong GAE: accumulates advantages forward in time."""
-    flipped = [torch.flip(x, dims=[1]) for x in (rewards, values, mask)]
-    adv, ret = advantages.gae(*flipped, gamma, lam)
-    return torch.flip(adv, dims=[1]), torch.flip(ret, dims=[1])
-
-
 def test_gae_probe_fails_on_a_reversed_gae(smoke_run):
-    result = probes.probe_gae_matches_naive_loop(context(smoke_run, PPOComponents(gae=gae_forward_in_time)))
+    result = probes.probe_gae_matches_naive_loop(context(smoke_run, get_fault("gae_reversed").components()))
     assert not result.passed and result.component == "advantages_values"
 
 

@@ -9,7 +9,6 @@ default included, is written to `RUN/config.toml`.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import tomllib
 import types
@@ -216,10 +215,6 @@ _POSITIVE = {
     "ppo.iterations", "ppo.batch_size", "ppo.response_length", "ppo.epochs",
     "ppo.minibatches", "ppo.lr", "ppo.kl_target", "ppo.kl_horizon", "ppo.eval_prompts", "ppo.doctor_every",
 }
-
-
-def _section_types() -> dict[str, type]:
-    return {f.name: f.default_factory for f in fields(PipelineConfig) if f.name in SECTIONS}  # type: ignore[misc]
 
 
 def _field_hints(cls: type) -> dict[str, Any]:
@@ -452,6 +447,3 @@ def config_from_run(run_dir: Path) -> PipelineConfig:
     """The resolved config a run was made with (its `config.toml`)."""
     return apply_overrides(PipelineConfig(), read_toml(Path(run_dir) / "config.toml"), source=str(run_dir))
 
-
-def as_dict(config: PipelineConfig) -> dict[str, Any]:
-    return dataclasses.asdict(config)

@@ -77,16 +77,6 @@ class MetricsLogger(Protocol):
     def close(self) -> None: ...
 
 
-class NullLogger:
-    """A logger that drops everything, so callers never test `if logger:`."""
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def _jsonable(value: Any) -> Any:
     # JSON has no NaN/Inf; write them as null so every line stays valid JSON.
     if isinstance(value, float) and not math.isfinite(value):

@@ -87,15 +87,3 @@ class Diagnosis:
             "skipped_rules": self.skipped,
             "unknown_metrics": self.unknown_metrics,
         }
-
-    @staticmethod
-    def from_json(data: dict) -> "Diagnosis":
-        findings = []
-        for f in data["findings"]:
-            evidence = tuple(Evidence(**e) for e in f["evidence"])
-            causes = tuple(
-                Cause(c["component"], c["explanation"], Fix(**c["fix"]) if c["fix"] else None) for c in f["causes"]
-            )
-            findings.append(Finding(f["rule"], f["symptom"], f["severity"], f["title"], f["onset_step"], evidence, causes))
-        return Diagnosis(data["source"], findings, data.get("skipped_rules", {}), data.get("unknown_metrics", []),
-                         data.get("steps", 0))

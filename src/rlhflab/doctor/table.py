@@ -41,9 +41,6 @@ class MetricTable:
         s = self.series.get(name)
         return s if s is not None and len(s) else None
 
-    def has(self, *names: str) -> bool:
-        return all(self.get(n) is not None for n in names)
-
     @staticmethod
     def from_records(records: list[dict], source: str = "", rename: dict[str, str] | None = None,
                      step_key: str = "step") -> "MetricTable":

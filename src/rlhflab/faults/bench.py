@@ -19,7 +19,7 @@ from rlhflab.doctor.probes import run_checkup
 from rlhflab.doctor.readers import read_run
 from rlhflab.doctor.report import write_report
 from rlhflab.faults.zoo import FAULTS, Fault, components_for
-from rlhflab.doctor.verify import rerun
+from rlhflab.doctor.verify import first_stage_to_rerun, rerun
 from rlhflab.pipeline import run_pipeline
 from rlhflab.runs import RunDir
 
@@ -37,11 +37,10 @@ class BenchRow:
 
 
 def first_stage(fault: Fault) -> str:
-    """The earliest stage a fault touches: its runs reuse the healthy run's earlier stages."""
-    keys = fault.config(load_config("demo"))
-    if "score" in fault.code or any(k.startswith("reward.") for k in keys):
-        return "reward"
-    return "ppo"
+    """The earliest stage a fault touches: its runs reuse the healthy run's earlier stages.
+    Its config keys decide as for `verify`; a replaced scorer also trains the reward model."""
+    stage = first_stage_to_rerun(fault.config(load_config("demo")))
+    return "reward" if stage == "ppo" and "score" in fault.code else stage
 
 
 def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunDir | None = None) -> BenchRow:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from rlhflab.models.forward import response_logits
@@ -44,6 +44,3 @@ class PolicyWithValue(nn.Module):
         if tokenizer is not None:
             tokenizer.save_pretrained(str(out_dir))
         save_file({k: v.contiguous() for k, v in self.value_head.state_dict().items()}, str(out_dir / VALUE_HEAD_FILE))
-
-    def load_value_head(self, path: Path) -> None:
-        self.value_head.load_state_dict(load_file(str(path)))

@@ -20,7 +20,7 @@ from rlhflab.doctor.diagnose import diagnose, write_diagnosis
 from rlhflab.doctor.readers import proxy_train_max
 from rlhflab.doctor.table import MetricTable
 from rlhflab.metrics.diversity import distinct_n, identical_fraction, self_bleu
-from rlhflab.metrics.stats import explained_variance, masked_mean
+from rlhflab.metrics.stats import explained_variance, masked_mean, masked_var
 from rlhflab.models.lm import load_causal_lm
 from rlhflab.models.reward_model import load_reward_model, reward_normalizer
 from rlhflab.models.value_head import PolicyWithValue
@@ -156,7 +156,7 @@ def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[s
         "kl/k3_mean": float(k3.mean()),
         "kl/coef": kl_coef,
         "adv/mean": float(masked_mean(adv.raw_advantages, mask)),
-        "adv/std": float(masked_mean((adv.raw_advantages - masked_mean(adv.raw_advantages, mask)) ** 2, mask).sqrt()),
+        "adv/std": float(masked_var(adv.raw_advantages, mask, unbiased=False).sqrt()),
         "value/explained_variance": explained_variance(rollout.values, adv.returns, mask),
         "response/length_mean": float(lengths.mean()),
         "response/eos_rate": float(rollout.has_eos.float().mean()),
