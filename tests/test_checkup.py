@@ -8,7 +8,9 @@ import torch
 
 from rlhflab.config import load_config
 from rlhflab.doctor import probes
+from rlhflab.doctor.causes import CheckupVerdict, rank_causes
 from rlhflab.doctor.probes import ProbeContext, run_checkup
+from rlhflab.doctor.table import MetricTable
 from rlhflab.faults.zoo import get_fault
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.trainer import load_ppo_state
@@ -19,7 +21,7 @@ def context(run, components=PPOComponents()):
     config = load_config("smoke")
     state = load_ppo_state(config, run, components)
     world = ReviewsWorld(config.world)
-    return ProbeContext(config, state, world, world.prompts(config.ppo.batch_size, 7))
+    return ProbeContext(config, state, world, world.prompts(config.ppo.batch_size, 7), world)
 
 
 def test_every_probe_passes_on_the_healthy_pipeline(smoke_run):
@@ -77,10 +79,7 @@ def test_probe_fails_on_the_fault_it_is_meant_to_catch(smoke_run, fault_name, pr
 
 
 def test_the_most_specific_failed_probe_ranks_first():
-    from rlhflab.doctor.causes import rank_causes
-    from rlhflab.doctor.table import MetricTable
-
     table = MetricTable.from_records([{"step": i, "kl/mean": 0.0} for i in range(10)])
     failed = {"rm_score_not_mostly_length": "reward_model", "mask_covers_response_through_eos": "advantages_values",
               "first_ratio_is_one": "logprob_bookkeeping"}
-    assert rank_causes("ratio_off", table, failed)[0].component == "advantages_values"
+    assert rank_causes("ratio_off", table, CheckupVerdict(failed))[0].component == "advantages_values"

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from rlhflab.config import load_config
+from rlhflab.doctor.causes import CheckupVerdict
 from rlhflab.doctor.diagnose import diagnose
 from rlhflab.doctor.rules import RULE_NAMES
 from rlhflab.doctor.table import MetricTable
@@ -229,6 +230,19 @@ def test_grad_norm_spikes():
     assert_fires(table_of(records), "grad_norm_spikes", 40, tolerance=0)
 
 
+def test_responses_never_end():
+    records = modify(healthy_records(18), 30, response__eos_rate=lambda k, old: 0.0,
+                     response__length_mean=lambda k, old: 32.0)
+    # The EOS rate falls 1 -> 0 at step 30: the 3-point mean is below 0.5 from step 31.
+    assert_fires(table_of(records), "responses_never_end", 31, tolerance=2,
+                 allowed={"reward_hacking_proxy"})
+
+
+def test_prompts_narrow():
+    records = modify(healthy_records(19), 0, prompts__unique_frac=lambda k, old: 1 / 64)
+    assert_fires(table_of(records), "prompts_narrow", 0, tolerance=2)
+
+
 @pytest.mark.parametrize(
     "rm_end, rule",
     [
@@ -251,7 +265,8 @@ def test_every_rule_is_covered_by_a_test_here():
     covered = {"kl_explosion", "kl_negative", "kl_controller_wrong_way", "entropy_collapse", "diversity_collapse",
                "identical_responses", "reward_hacking_gold", "reward_hacking_proxy", "proxy_out_of_range",
                "ratio_off", "clipfrac_high", "approxkl_high", "value_explained_variance_low", "non_finite",
-               "grad_norm_spikes", "rm_weak", "rm_overfit", "rm_length_bias"}
+               "grad_norm_spikes", "rm_weak", "rm_overfit", "rm_length_bias", "responses_never_end",
+               "prompts_narrow"}
     assert covered == set(RULE_NAMES)
 
 
@@ -278,3 +293,40 @@ def test_large_steps_are_blamed_on_hyperparameters():
     finding = next(f for f in diagnose(table_of(records, config=config)).findings if f.rule == "kl_explosion")
     assert finding.causes[0].component == "ppo_hyperparameters"
     assert finding.fix.overrides == {"ppo.lr": f"{config.ppo.lr / 10:.2g}"}
+
+
+def test_settings_outside_the_usual_range_are_blamed_with_their_fix():
+    # A negative entropy coefficient explains a collapse of diversity, not the KL controller.
+    records = modify(healthy_records(20), 40, response__identical_frac=lambda k, old: 0.6)
+    config = load_config("demo", overrides=["ppo.entropy_coef=-0.05"])
+    finding = next(f for f in diagnose(table_of(records, config=config)).findings if f.rule == "identical_responses")
+    assert finding.causes[0].component == "ppo_hyperparameters"
+    assert finding.fix.overrides == {"ppo.entropy_coef": "0.0"}
+    # A clip range that never clips explains a ratio far from 1.
+    records = modify(healthy_records(21), 30, policy__ratio_mean=lambda k, old: 1.6)
+    config = load_config("demo", overrides=["ppo.clip_eps=1000"])
+    finding = next(f for f in diagnose(table_of(records, config=config)).findings if f.rule == "ratio_off")
+    assert finding.causes[0].component == "ppo_hyperparameters"
+    assert finding.fix.overrides == {"ppo.clip_eps": "0.2"}
+    # With the usual settings the default ranking stands.
+    finding = next(f for f in diagnose(table_of(records, config=load_config("demo"))).findings if f.rule == "ratio_off")
+    assert finding.causes[0].component == "logprob_bookkeeping"
+
+
+def test_a_checkup_that_clears_a_component_moves_it_last_and_a_failed_probe_becomes_a_finding():
+    records = modify(healthy_records(22), 30, policy__ratio_mean=lambda k, old: 1.6)
+    bookkeeping = ["kl_zero_before_update", "first_ratio_is_one", "sampled_logprobs_match_training_forward",
+                   "logprob_padding_invariance"]
+    cleared = CheckupVerdict(passed=frozenset(bookkeeping))
+    causes = [c.component for c in diagnose(table_of(records), checkup=cleared).findings[0].causes]
+    assert causes == ["ppo_hyperparameters", "advantages_values", "logprob_bookkeeping"]
+    # One probe short of the full set clears nothing.
+    partial = CheckupVerdict(passed=frozenset(bookkeeping[:-1]))
+    assert diagnose(table_of(records), checkup=partial).findings[0].causes[0].component == "logprob_bookkeeping"
+    # A failed probe is a finding of its own, even on a run whose metrics look healthy.
+    record = {"name": "gae_matches_naive_loop", "component": "advantages_values", "passed": False, "measured": 0.7,
+              "tolerance": "<= 0.0001", "detail": "max |gae() - loop|"}
+    findings = diagnose(table_of(healthy_records(23)), checkup=CheckupVerdict.from_probes([record])).findings
+    assert [(f.rule, f.causes[0].component) for f in findings] == [("checkup_probe_failed", "advantages_values")]
+    assert "gae_matches_naive_loop" in findings[0].title
+    assert findings[0].evidence[0].observed == {"measured": 0.7}

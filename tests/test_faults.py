@@ -110,3 +110,22 @@ def test_cli_faults_list_and_show():
     assert shown.exit_code == 0 and "advantages_values" in shown.output and "gae_forward_in_time" in shown.output
     missing = CliRunner().invoke(app, ["faults", "show", "nope"])
     assert missing.exit_code == 2
+
+
+def test_faults_bench_scores_the_doctor_and_writes_its_table(tmp_path):
+    from rlhflab.faults.bench import run_bench
+
+    doc = tmp_path / "faults.md"
+    healthy, rows = run_bench("smoke", [0], tmp_path / "runs", ["gae_reversed", "narrow_prompts"], doc,
+                              "rlhflab faults bench --preset smoke")
+    by_name = {r.name: r for r in rows}
+    assert set(by_name) == {"gae_reversed", "narrow_prompts"} and healthy[0].name == "healthy (seed 0)"
+    # Both faults fail the probe written for them, so the checkup names their component (the
+    # smoke RM is small enough to fail its health probes too, which rank below).
+    assert "gae_matches_naive_loop" in by_name["gae_reversed"].failed_probes
+    assert by_name["gae_reversed"].first_component == "advantages_values"
+    assert "prompts_distinct" in by_name["narrow_prompts"].failed_probes
+    assert by_name["narrow_prompts"].symptom_in_metrics  # prompts_narrow reads prompts/unique_frac
+    text = doc.read_text()
+    assert "| gae_reversed | advantages_values | yes |" in text and "healthy (seed 0)" in text
+    assert "Command: `rlhflab faults bench --preset smoke`" in text

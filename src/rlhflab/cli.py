@@ -260,29 +260,80 @@ def verify(
 
 
 @app.command()
-def checkup(run: Path = typer.Argument(..., help="Run directory holding stage1_lm/ and stage2_rm/")) -> None:
+def checkup(
+    run: Optional[Path] = typer.Argument(None, help="Run directory holding stage1_lm/ and stage2_rm/"),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted overrides for own models, e.g. "
+                                                    "ppo.response_length=64", show_default=False),
+    policy: Optional[Path] = typer.Option(None, "--policy", help="Your HF causal-LM directory (with its tokenizer)."),
+    reward_model: Optional[Path] = typer.Option(None, "--reward-model", help="Your HF 1-label reward-model directory."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompts (.jsonl/.parquet, field 'prompt')."),
+    pairs: Optional[Path] = typer.Option(None, "--pairs", help="Held-out preference pairs to test the RM on."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Where checkup.json goes (own models; default: cwd)."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad records of --prompts/--pairs."),
+    preset: str = PresetOption,
+    config_file: Optional[Path] = ConfigOption,
+) -> None:
     """Component probes (KL 0 at start, ratio 1, logprob agreement, padding invariance, masks, GAE,
-    reward model health, reward scale): pass/fail with the measured number; writes RUN/checkup.json."""
+    reward model health, reward scale, EOS, prompt variety): pass/fail with the measured number.
+
+    On a run directory: `rlhflab checkup RUN` (writes RUN/checkup.json). On your own models:
+    `rlhflab checkup --policy DIR --reward-model DIR --prompts FILE [--pairs FILE] [k=v ...]`."""
     from rich.table import Table
 
     from rlhflab.doctor.probes import run_checkup
+    from rlhflab.faults.zoo import components_for
     from rlhflab.runs import RunDir
 
-    _require(run / "stage1_lm", "pretrain")
-    _require(run / "stage2_rm", "reward")
-    from rlhflab.faults.zoo import components_for
-
-    config = _stage_config(run, "demo", None, None)
-    results = run_checkup(config, RunDir(run), components_for(config))
-    table = Table(title=f"checkup: {run}")
+    own = policy is not None or reward_model is not None
+    if own and run is not None and "=" in run.name:  # no run dir: the first positional is an override
+        overrides, run = [str(run), *(overrides or [])], None
+    if own == (run is not None):
+        console.print("[red]error:[/red] give a run directory, or --policy, --reward-model and --prompts")
+        raise typer.Exit(2)
+    if own:
+        config = _config(preset, config_file, overrides)
+        results, where = _checkup_own(config, policy, reward_model, prompts, pairs, out or Path("."), skip_invalid)
+    else:
+        _require(run / "stage1_lm", "pretrain")
+        _require(run / "stage2_rm", "reward")
+        config = _stage_config(run, "demo", None, None)  # the run's own config
+        results, where = run_checkup(config, RunDir(run), components_for(config)), run
+    table = Table(title=f"checkup: {where}")
     for column in ("probe", "component", "result", "measured", "tolerance", "what"):
         table.add_column(column)
     for r in results:
         table.add_row(r.name, r.component, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]",
                       f"{r.measured:.3g}", r.tolerance, r.detail)
     console.print(table)
+    console.print(f"wrote {Path(where) / 'checkup.json'}")
     if not all(r.passed for r in results):
         raise typer.Exit(1)
+
+
+def _checkup_own(config, policy, reward_model, prompts, pairs, out: Path, skip_invalid: bool):
+    """Load and validate the user's models and files, then probe them."""
+    from rlhflab.data.files import DataError, load_preferences, load_prompts
+    from rlhflab.data.prompt_pool import PromptPool
+    from rlhflab.doctor.probes import checkup_models
+    from rlhflab.models.lm import ModelDirError, load_tokenizer
+
+    if policy is None or reward_model is None or prompts is None:
+        console.print("[red]error:[/red] own models need --policy DIR, --reward-model DIR and --prompts FILE")
+        raise typer.Exit(2)
+    try:
+        tokenizer = load_tokenizer(policy)
+        prompt_set = load_prompts(prompts, skip_invalid=skip_invalid)
+        pair_set = load_preferences(pairs, skip_invalid=skip_invalid, tokenizer=tokenizer) if pairs else None
+    except (DataError, ModelDirError) as err:
+        console.print(f"[red]input error:[/red] {err}")
+        raise typer.Exit(2) from None
+    for loaded in (prompt_set, pair_set):
+        if loaded is not None and loaded.skipped:
+            console.print(f"[yellow]skipped:[/yellow] {loaded.summary()}")
+    out.mkdir(parents=True, exist_ok=True)
+    results = checkup_models(config, policy, reward_model, PromptPool([r.prompt for r in prompt_set.records]),
+                             pair_set.records if pair_set else (), out)
+    return results, out
 
 
 faults_app = typer.Typer(no_args_is_help=True, help="The fault zoo: named wrong components that reproduce failures.")
@@ -341,6 +392,7 @@ def faults_bench(
     healthy, rows = run_bench(preset, seeds, out, only, doc, command)
     for r in healthy + rows:
         console.print(f"{r.name:40s} detected={r.detected!s:5s} first={r.first_component or '-':22s} "
+                      f"log-only={r.log_only_component or '-':22s} "
                       f"findings={','.join(r.findings) or '-'} probes={','.join(r.failed_probes) or '-'} {r.seconds:.0f}s")
     console.print(f"wrote {doc}")
 

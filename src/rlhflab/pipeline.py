@@ -39,7 +39,7 @@ def run_pipeline(
     pre = run_pretrain(config, run, show_progress)
     timings["pretrain_s"] = time.perf_counter() - start
     start = time.perf_counter()
-    rm = run_reward(config, run, show_progress, components.score)
+    rm = run_reward(config, run, show_progress)
     timings["reward_s"] = time.perf_counter() - start
     start = time.perf_counter()
     evaluation = run_ppo(config, run, components, show_progress)

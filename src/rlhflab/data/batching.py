@@ -8,9 +8,14 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 
+def _bos(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The BOS prefix: one token, or none for tokenizers without BOS."""
+    return [] if tokenizer.bos_token_id is None else [tokenizer.bos_token_id]
+
+
 def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str]) -> tuple[Tensor, Tensor]:
     """`<bos> prompt` per row, left-padded. Returns ids (B, P) and mask (B, P), True = real."""
-    rows = [[tokenizer.bos_token_id, *tokenizer.encode(p, add_special_tokens=False)] for p in prompts]
+    rows = [[*_bos(tokenizer), *tokenizer.encode(p, add_special_tokens=False)] for p in prompts]
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.bool)
@@ -25,11 +30,21 @@ def encode_texts(
 ) -> tuple[Tensor, Tensor]:
     """`<bos> text <eos>` per row, right-padded and cut at `max_len`. Returns ids, mask (B, L)."""
     rows = [
-        [tokenizer.bos_token_id, *tokenizer.encode(t, add_special_tokens=False), tokenizer.eos_token_id][:max_len]
+        [*_bos(tokenizer), *tokenizer.encode(t, add_special_tokens=False), tokenizer.eos_token_id][:max_len]
         for t in texts
     ]
+    return _right_padded(rows, tokenizer.pad_token_id)
+
+
+def encode_responses(tokenizer: PreTrainedTokenizerBase, responses: list[str]) -> tuple[Tensor, Tensor]:
+    """`response <eos>` per row, right-padded, as sampled responses are laid out. Returns ids, mask (B, T)."""
+    rows = [[*tokenizer.encode(r, add_special_tokens=False), tokenizer.eos_token_id] for r in responses]
+    return _right_padded(rows, tokenizer.pad_token_id)
+
+
+def _right_padded(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
     width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.bool)
     for i, row in enumerate(rows):
         ids[i, : len(row)] = torch.tensor(row)

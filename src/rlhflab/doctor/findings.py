@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-Symptom = Literal["exploding_kl", "mode_collapse", "reward_hacking", "ppo_instability", "reward_model"]
+Symptom = Literal["exploding_kl", "mode_collapse", "reward_hacking", "ppo_instability", "reward_model",
+                  "responses", "prompt_data", "component_bug"]
 Severity = Literal["high", "medium", "low"]
 Component = Literal[
     "kl_control", "ppo_hyperparameters", "advantages_values", "logprob_bookkeeping",

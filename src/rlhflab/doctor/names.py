@@ -14,7 +14,7 @@ PPO_METRICS = (
 )
 # Logged by rlhflab beyond the canonical set; known, so never reported as unknown.
 EXTRA_METRICS = (
-    "reward/score_mean", "response/identical_frac", "prompts/unique_frac", "time/score_s", "time/advantages_s",
+    "reward/score_mean", "reward/length_corr", "response/identical_frac", "prompts/unique_frac", "time/score_s", "time/advantages_s",
     "guard/skipped_updates", "epoch",
 )
 REWARD_METRICS = ("rm/train_loss", "rm/train_acc", "rm/val_acc", "rm/gold_agreement", "rm/length_corr")

@@ -15,12 +15,16 @@ from typing import Callable
 import torch
 
 from rlhflab.config import PipelineConfig
-from rlhflab.data.batching import join_prompt_response
+from rlhflab.data.batching import encode_prompts, encode_responses, join_prompt_response
+from rlhflab.data.files import PreferenceRecord
+from rlhflab.data.prompt_pool import PromptPool, PromptSource
 from rlhflab.doctor.findings import Component
 from rlhflab.models.forward import response_logprobs
 from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents
-from rlhflab.ppo.trainer import PPOState, compute_advantages, load_ppo_state
+from rlhflab.metrics.stats import pearson
+from rlhflab.models.lm import load_tokenizer
+from rlhflab.ppo.trainer import PPOState, build_ppo_state, compute_advantages, load_ppo_state
 from rlhflab.ppo.rollout import make_rollout
 from rlhflab.runs import RunDir, write_json
 from rlhflab.seeding import derive_seed, torch_generator
@@ -37,14 +41,22 @@ class ProbeResult:
     detail: str
 
 
+class ProbeSkipped(Exception):
+    """A probe that cannot run on this input (e.g. no labelled pairs to test the RM on)."""
+
+
 @dataclass
 class ProbeContext:
-    """What the probes share: one PPO state and one rollout from it, before any update."""
+    """What the probes share: one PPO state and one rollout from it, before any update.
+    `world` is the embedded world when the run uses it; own models bring their prompts
+    (`source`) and, optionally, held-out preference pairs to test the reward model on."""
 
     config: PipelineConfig
     state: PPOState
-    world: ReviewsWorld
+    source: PromptSource
     prompts: list[str]
+    world: ReviewsWorld | None = None
+    pairs: tuple[PreferenceRecord, ...] = ()
 
     def rollout(self):
         generator = torch_generator(self.config.seed, "checkup", "sampling")
@@ -168,6 +180,20 @@ def probe_gae_matches_naive_loop(ctx: ProbeContext) -> ProbeResult:
 
 
 def probe_reward_model_health(ctx: ProbeContext) -> list[ProbeResult]:
+    if ctx.pairs:
+        (accuracy, length_corr), what = _pair_accuracy(ctx), "held-out preference pairs from the user's file"
+    elif ctx.world is not None:
+        (accuracy, length_corr), what = _world_accuracy(ctx), "fresh labelled pairs of stage-1 samples"
+    else:
+        raise ProbeSkipped("no labelled pairs: give --pairs FILE to test the reward model")
+    return [
+        _result("rm_prefers_chosen", "reward_model", accuracy, 0.6, f"accuracy on {what}", below=False),
+        _result("rm_score_not_mostly_length", "reward_model", abs(length_corr), 0.5,
+                "|corr(score, response length)| on those pairs"),
+    ]
+
+
+def _world_accuracy(ctx: ProbeContext) -> tuple[float, float]:
     from rlhflab.stages.reward import evaluate_reward_model, sample_comparisons
 
     cfg = ctx.config.reward
@@ -176,12 +202,25 @@ def probe_reward_model_health(ctx: ProbeContext) -> list[ProbeResult]:
                                cfg.response_length, cfg.sample_temperature, derive_seed(ctx.config.seed, "checkup-labels"),
                                torch_generator(ctx.config.seed, "checkup", "rm"))
     metrics = evaluate_reward_model(ctx.state.reward.model, pairs, pairs, ctx.state.components.score)
-    return [
-        _result("rm_prefers_chosen", "reward_model", metrics["rm/val_acc"], 0.6,
-                "accuracy on fresh labelled pairs of stage-1 samples", below=False),
-        _result("rm_score_not_mostly_length", "reward_model", abs(metrics["rm/length_corr"]), 0.5,
-                "|corr(score, response length)| on those samples"),
-    ]
+    return metrics["rm/val_acc"], metrics["rm/length_corr"]
+
+
+@torch.no_grad()
+def _pair_accuracy(ctx: ProbeContext, batch_size: int = 64) -> tuple[float, float]:
+    """Share of pairs whose chosen response outscores the rejected one, and corr(score, length)."""
+    tokenizer, rm, score_fn = ctx.state.tokenizer, ctx.state.reward.model, ctx.state.components.score
+    prompts = [p.prompt for p in ctx.pairs] * 2
+    responses = [p.chosen for p in ctx.pairs] + [p.rejected for p in ctx.pairs]
+    scores, lengths = [], []
+    for start in range(0, len(prompts), batch_size):
+        prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts[start : start + batch_size])
+        response_ids, response_mask = encode_responses(tokenizer, responses[start : start + batch_size])
+        ids, mask = join_prompt_response(prompt_ids, prompt_mask, response_ids, response_mask)
+        scores.append(score_fn(rm, ids, mask))
+        lengths.append(response_mask.sum(1).float())
+    score, length = torch.cat(scores), torch.cat(lengths)
+    n = len(ctx.pairs)
+    return float((score[:n] > score[n:]).float().mean()), pearson(score, length)
 
 
 def probe_reward_normalised(ctx: ProbeContext) -> ProbeResult:
@@ -191,23 +230,59 @@ def probe_reward_normalised(ctx: ProbeContext) -> ProbeResult:
                    f"|std of standardised scores of untrained-policy samples - 1| (std = {std:.3f})")
 
 
+def probe_responses_end(ctx: ProbeContext) -> ProbeResult:
+    rollout = ctx.rollout()
+    return _result("responses_end", "sampling", float(rollout.has_eos.float().mean()), 0.5,
+                   f"fraction of the untrained policy's responses that end with EOS within "
+                   f"ppo.response_length = {ctx.config.ppo.response_length}", below=False)
+
+
+def probe_prompts_distinct(ctx: ProbeContext) -> ProbeResult:
+    # The first batch PPO trains on, drawn exactly as the trainer draws it.
+    prompts = ctx.state.components.prompts(ctx.source, ctx.config.ppo.batch_size,
+                                           derive_seed(ctx.config.seed, "ppo-prompts", "0"))
+    return _result("prompts_distinct", "prompt_data", len(set(prompts)) / len(prompts), 0.5,
+                   "fraction of distinct prompts in the first PPO batch", below=False)
+
+
 PROBES: tuple[Callable[[ProbeContext], ProbeResult | list[ProbeResult]], ...] = (
     probe_kl_zero_before_update, probe_first_ratio_is_one, probe_sampled_logprobs_match,
     probe_logprob_padding_invariance, probe_reward_padding_invariance,
     probe_reference_frozen, probe_mask_covers_response, probe_gae_matches_naive_loop, probe_reward_model_health,
-    probe_reward_normalised,
+    probe_reward_normalised, probe_responses_end, probe_prompts_distinct,
 )
 
 
+def run_probes(ctx: ProbeContext, out_dir: Path) -> list[ProbeResult]:
+    """Every probe on `ctx`; writes out_dir/checkup.json with the results and the probes
+    that could not run, and why."""
+    results: list[ProbeResult] = []
+    skipped: dict[str, str] = {}
+    for probe in PROBES:
+        try:
+            out = probe(ctx)
+        except ProbeSkipped as why:
+            skipped[probe.__name__.removeprefix("probe_")] = str(why)
+            continue
+        results.extend(out if isinstance(out, list) else [out])
+    write_json(Path(out_dir) / "checkup.json", {"probes": [asdict(r) for r in results], "skipped": skipped})
+    return results
+
+
 def run_checkup(config: PipelineConfig, run: RunDir, components: PPOComponents = PPOComponents()) -> list[ProbeResult]:
-    """Every probe on a run with stage-1 and stage-2 models; writes RUN/checkup.json."""
+    """Every probe on a pipeline run's stage-1 and stage-2 models; writes RUN/checkup.json."""
     state = load_ppo_state(config, run, components)
     world = ReviewsWorld(config.world)
     prompts = world.prompts(config.ppo.batch_size, derive_seed(config.seed, "checkup-prompts"))
-    ctx = ProbeContext(config, state, world, prompts)
-    results: list[ProbeResult] = []
-    for probe in PROBES:
-        out = probe(ctx)
-        results.extend(out if isinstance(out, list) else [out])
-    write_json(Path(run.root) / "checkup.json", {"probes": [asdict(r) for r in results]})
-    return results
+    return run_probes(ProbeContext(config, state, world, prompts, world), run.root)
+
+
+def checkup_models(config: PipelineConfig, policy_dir: Path, reward_dir: Path, prompts: PromptPool,
+                   pairs: tuple[PreferenceRecord, ...], out_dir: Path,
+                   components: PPOComponents = PPOComponents()) -> list[ProbeResult]:
+    """Every probe on the user's own HF model directories: a causal LM (the policy and its
+    reference) and a 1-label sequence classifier (the reward model), with the policy's
+    tokenizer, the user's prompts and, for the RM probes, held-out preference pairs."""
+    state = build_ppo_state(config, policy_dir, reward_dir, load_tokenizer(policy_dir), components)
+    batch = prompts.prompts(config.ppo.batch_size, derive_seed(config.seed, "checkup-prompts"))
+    return run_probes(ProbeContext(config, state, prompts, batch, pairs=pairs), out_dir)

@@ -62,6 +62,8 @@ CLIPFRAC_LIMIT = 0.3
 APPROXKL_LIMIT = 0.3
 EXPLAINED_VARIANCE_LIMIT = -0.5
 GRAD_SPIKE_FACTOR = 10.0
+EOS_RATE_LIMIT = 0.5
+PROMPT_UNIQUE_LIMIT = 0.5
 RM_VAL_ACC_LIMIT = 0.6
 RM_OVERFIT_GAP = 0.15
 RM_LENGTH_CORR_LIMIT = 0.5
@@ -295,6 +297,30 @@ def proxy_out_of_range(table: MetricTable) -> Detection | None:
     )
 
 
+# --- responses and prompts -------------------------------------------------------------
+def responses_never_end(table: MetricTable) -> Detection | None:
+    """Most responses cut off at the length limit instead of ending with EOS."""
+    return _crossing(
+        table, "response/eos_rate", lambda v: v < EOS_RATE_LIMIT,
+        lambda s: f"responses do not end: EOS rate {s.values[-1]:.0%}",
+        f"smoothed response/eos_rate < {EOS_RATE_LIMIT}",
+        "Huang et al. 2023 (N implementation details of RLHF): truncated responses get a penalty "
+        "because a reward model scores an unfinished text unreliably; healthy demo runs end at least 98% of their responses",
+        "high",
+    )
+
+
+def prompts_narrow(table: MetricTable) -> Detection | None:
+    """Few distinct prompts per batch: the policy is trained to answer a handful of prompts."""
+    return _crossing(
+        table, "prompts/unique_frac", lambda v: v < PROMPT_UNIQUE_LIMIT,
+        lambda s: f"narrow prompt data: {s.values[-1]:.0%} of a batch's prompts are distinct",
+        f"smoothed prompts/unique_frac < {PROMPT_UNIQUE_LIMIT}",
+        "Ouyang et al. 2022 sec. 3.2 deduplicate prompts and cap them per user to keep the prompt "
+        "distribution broad; healthy demo batches are at least 90% distinct",
+    )
+
+
 # --- PPO update health ------------------------------------------------------------------
 def ratio_off(table: MetricTable) -> Detection | None:
     """The policy/old ratio far from 1 on average, or exploding on some token."""
@@ -443,6 +469,9 @@ RULES: tuple[Rule, ...] = (
     Rule("reward_hacking_proxy", "reward_hacking", ("reward/proxy_mean",), reward_hacking_proxy,
          reward_hacking_proxy.__doc__),
     Rule("proxy_out_of_range", "reward_hacking", ("reward/proxy_mean",), proxy_out_of_range, proxy_out_of_range.__doc__),
+    Rule("responses_never_end", "responses", ("response/eos_rate",), responses_never_end,
+         responses_never_end.__doc__),
+    Rule("prompts_narrow", "prompt_data", ("prompts/unique_frac",), prompts_narrow, prompts_narrow.__doc__),
     Rule("ratio_off", "ppo_instability", ("policy/ratio_mean",), ratio_off, ratio_off.__doc__),
     Rule("clipfrac_high", "ppo_instability", ("policy/clipfrac",), clipfrac_high, clipfrac_high.__doc__),
     Rule("approxkl_high", "ppo_instability", ("policy/approxkl",), approxkl_high, approxkl_high.__doc__),

@@ -73,7 +73,7 @@ def rerun(config: PipelineConfig, source: RunDir, out: RunDir, first_stage: str,
     if first_stage == "pretrain":
         run_pretrain(config, out, show_progress)
     if first_stage in ("pretrain", "reward"):
-        run_reward(config, out, show_progress, components.score)
+        run_reward(config, out, show_progress)
     run_ppo(config, out, components, show_progress)
 
 

@@ -3,8 +3,10 @@
 Runs the healthy pipeline (several seeds) and every fault (on the first seed, reusing the
 healthy run's stages that come before the fault's component), each followed by the checkup
 (with the fault's components) and the doctor (which ranks causes with the failed
-probes), and writes a table to docs/faults.md: per fault, whether a finding appeared,
-whether the fault's component was ranked first, which probes failed, and the cost.
+probes), and writes a table to docs/faults.md: per fault, whether a finding appeared (and
+whether one came from the training metrics rather than the checkup), whether the fault's
+component was ranked first (by the full doctor, and from the metrics alone, as the doctor
+sees another trainer's log), which probes failed, and the cost.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlhflab.config import load_config
-from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
+from rlhflab.doctor.diagnose import CHECKUP_RULE, diagnose, diagnose_path, write_diagnosis
+from rlhflab.doctor.findings import Diagnosis
 from rlhflab.doctor.probes import run_checkup
 from rlhflab.doctor.readers import read_run
 from rlhflab.doctor.report import write_report
@@ -28,19 +31,28 @@ from rlhflab.runs import RunDir
 class BenchRow:
     name: str
     component: str
-    detected: bool
-    first_component: str
+    detected: bool  # a finding: a rule on the metrics, or a failed checkup probe
+    symptom_in_metrics: bool  # a finding of a rule on the training metrics
+    first_component: str  # ranked first by the doctor (metrics, config and checkup)
     right_component: bool
+    log_only_component: str  # ranked first from the metrics alone, as for another trainer's log
     findings: list[str] = field(default_factory=list)
     failed_probes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
+    @property
+    def right_from_log_only(self) -> bool:
+        return self.log_only_component == self.component
+
+
+def _first_component(diagnosis: Diagnosis) -> str:
+    return diagnosis.findings[0].causes[0].component if diagnosis.findings and diagnosis.findings[0].causes else ""
+
 
 def first_stage(fault: Fault) -> str:
     """The earliest stage a fault touches: its runs reuse the healthy run's earlier stages.
-    Its config keys decide as for `verify`; a replaced scorer also trains the reward model."""
-    stage = first_stage_to_rerun(fault.config(load_config("demo")))
-    return "reward" if stage == "ppo" and "score" in fault.code else stage
+    Its config keys decide, as for `verify`; code faults replace PPO components only."""
+    return first_stage_to_rerun(fault.config(load_config("demo")))
 
 
 def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunDir | None = None) -> BenchRow:
@@ -56,21 +68,30 @@ def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunD
     probes = run_checkup(config, run, components)
     diagnosis = diagnose_path(run.root)  # ranks with the failed probes in RUN/checkup.json
     write_diagnosis(diagnosis, run.diagnosis)
-    write_report(run.root, read_run(run.root), diagnosis)
-    first = diagnosis.findings[0].causes[0].component if diagnosis.findings and diagnosis.findings[0].causes else ""
+    table = read_run(run.root)
+    write_report(run.root, table, diagnosis)
+    table.meta = {}  # what a log from another trainer gives: the metrics, no config, no checkup
+    log_only = diagnose(table)
+    first = _first_component(diagnosis)
     component = fault.component if fault else "none"
     return BenchRow(
         name=fault.name if fault else f"healthy (seed {seed})", component=component,
-        detected=bool(diagnosis.findings), first_component=first, right_component=first == component,
+        detected=bool(diagnosis.findings),
+        symptom_in_metrics=any(f.rule != CHECKUP_RULE for f in diagnosis.findings),
+        first_component=first, right_component=first == component, log_only_component=_first_component(log_only),
         findings=[f.rule for f in diagnosis.findings], failed_probes=[p.name for p in probes if not p.passed],
         seconds=time.perf_counter() - start,
     )
 
 
 def render(faulty: list[BenchRow], healthy: list[BenchRow], command: str) -> str:
+    n = max(1, len(faulty))
     detected = sum(r.detected for r in faulty)
+    in_metrics = sum(r.symptom_in_metrics for r in faulty)
     right = sum(r.right_component for r in faulty)
+    right_log = sum(r.right_from_log_only for r in faulty)
     healthy_findings = sum(len(r.findings) for r in healthy)
+    healthy_probes = sum(len(r.failed_probes) for r in healthy)
     lines = [
         "# The fault zoo",
         "",
@@ -85,18 +106,26 @@ def render(faulty: list[BenchRow], healthy: list[BenchRow], command: str) -> str
         "",
         f"Command: `{command}`. Measured on a 2-core CPU.",
         "",
-        f"- faults detected: {detected}/{len(faulty)} (target: all)",
-        f"- right component ranked first: {right}/{len(faulty)} = {right / max(1, len(faulty)):.0%} (target: >= 80%)",
-        f"- findings on healthy runs: {healthy_findings} over {len(healthy)} seeds (target: 0)",
+        f"- faults detected (a finding on the metrics or a failed checkup probe): {detected}/{len(faulty)} "
+        "(target: all)",
+        f"- of which with a symptom in the training metrics: {in_metrics}/{len(faulty)}",
+        f"- right component ranked first: {right}/{len(faulty)} = {right / n:.0%} (target: >= 80%)",
+        f"- right component ranked first from the metrics alone (no config, no checkup, as for another "
+        f"trainer's log): {right_log}/{len(faulty)} = {right_log / n:.0%}",
+        f"- findings on healthy runs: {healthy_findings} over {len(healthy)} seeds, failed probes: {healthy_probes} "
+        "(target: 0)",
         "",
-        "| fault | component | detected | ranked first | findings | failed probes | seconds |",
-        "|---|---|---|---|---|---|---|",
+        "| fault | component | detected | symptom in metrics | ranked first | from metrics alone | findings "
+        "| failed probes | seconds |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    yes = lambda flag: "yes" if flag else "no"  # noqa: E731
     for r in healthy + faulty:
+        mark = lambda component, right: f"{component or '-'}{' (right)' if right else ''}"  # noqa: E731
         lines.append(
-            f"| {r.name} | {r.component} | {'yes' if r.detected else 'no'} | {r.first_component or '-'}"
-            f"{' (right)' if r.right_component else ''} | {', '.join(r.findings) or 'none'} | "
-            f"{', '.join(r.failed_probes) or 'none'} | {r.seconds:.0f} |"
+            f"| {r.name} | {r.component} | {yes(r.detected)} | {yes(r.symptom_in_metrics)} | "
+            f"{mark(r.first_component, r.right_component)} | {mark(r.log_only_component, r.right_from_log_only)} | "
+            f"{', '.join(r.findings) or 'none'} | {', '.join(r.failed_probes) or 'none'} | {r.seconds:.0f} |"
         )
     return "\n".join(lines) + "\n"
 

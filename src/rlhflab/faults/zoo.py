@@ -162,7 +162,8 @@ FAULTS: tuple[Fault, ...] = (
           "padding after EOS included in loss, KL and advantages", "PPOComponents.response_mask",
           code={"response_mask": mask_everything}),
     Fault("rm_reads_pad", "reward_model", "length-biased reward, reward hacking",
-          "reward read at the last position, padding included", "PPOComponents.score",
+          "PPO reads the reward at the last position, padding included, from a reward model trained to read "
+          "the last real token", "PPOComponents.score",
           code={"score": score_at_last_position}),
     Fault("reward_scale_100x", "reward_scaling", "huge advantages, PPO instability",
           "scores not normalised and 100x larger", "PPOComponents.reward_transform",

@@ -15,6 +15,8 @@ returning nan/inf, and whitened padding is 0 (TRL fills it afterwards with
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -158,3 +160,10 @@ def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
         return float("nan")
     var_residual = float(masked_var(returns - values, mask, unbiased=False))
     return 1.0 - var_residual / var_returns
+
+
+def pearson(x: Tensor, y: Tensor) -> float:
+    """Pearson correlation of two 1-D tensors; nan when either is constant."""
+    x, y = x.double() - x.double().mean(), y.double() - y.double().mean()
+    denominator = float(x.norm() * y.norm())
+    return float((x * y).sum()) / denominator if denominator > 0 else math.nan

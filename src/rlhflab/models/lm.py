@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedModel
 from transformers import PreTrainedTokenizerBase
 
 from rlhflab.config import PretrainConfig
@@ -42,3 +42,28 @@ def load_causal_lm(path: Path) -> PreTrainedModel:
 
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+class ModelDirError(ValueError):
+    """A model directory is missing, or lacks what rlhflab needs (weights, tokenizer, EOS)."""
+
+
+def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
+    """The tokenizer saved in an HF model directory, ready for padded batches.
+
+    Responses must be able to end, so an EOS token is required. A tokenizer without a
+    pad token pads with EOS (positions are masked, so the id only has to exist), and
+    the prompt is not prefixed with BOS when the tokenizer has none.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise ModelDirError(f"{path}: not a directory; expected a Hugging Face model directory")
+    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        raise ModelDirError(f"{path}: no tokenizer (tokenizer.json or tokenizer_config.json); expected a model "
+                            "directory saved with its tokenizer (tokenizer.save_pretrained(DIR))")
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if tokenizer.eos_token_id is None:
+        raise ModelDirError(f"{path}: the tokenizer has no EOS token; expected one (responses end with it)")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

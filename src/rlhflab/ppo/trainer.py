@@ -9,8 +9,10 @@ Every metric of the update is averaged over all minibatches and epochs.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -20,7 +22,7 @@ from rlhflab.doctor.diagnose import diagnose, write_diagnosis
 from rlhflab.doctor.readers import proxy_train_max
 from rlhflab.doctor.table import MetricTable
 from rlhflab.metrics.diversity import distinct_n, identical_fraction, self_bleu
-from rlhflab.metrics.stats import explained_variance, masked_mean, masked_var
+from rlhflab.metrics.stats import explained_variance, masked_mean, masked_var, pearson
 from rlhflab.models.lm import load_causal_lm
 from rlhflab.models.reward_model import load_reward_model, reward_normalizer
 from rlhflab.models.value_head import PolicyWithValue
@@ -147,6 +149,8 @@ def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[s
     k1 = log_ratio.sum(1)
     k3 = (kl_estimate(rollout.logprobs, rollout.ref_logprobs, "k3") * mask).sum(1)
     lengths = mask.sum(1).float()
+    # Undefined (and left out) when every response has the same length, e.g. none ends.
+    length_corr = pearson(rollout.proxy, lengths)
     return {
         "reward/proxy_mean": float(rollout.proxy.mean()),
         "reward/proxy_std": float(rollout.proxy.std()),
@@ -159,6 +163,7 @@ def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[s
         "adv/std": float(masked_var(adv.raw_advantages, mask, unbiased=False).sqrt()),
         "value/explained_variance": explained_variance(rollout.values, adv.returns, mask),
         "response/length_mean": float(lengths.mean()),
+        **({"reward/length_corr": length_corr} if math.isfinite(length_corr) else {}),
         "response/eos_rate": float(rollout.has_eos.float().mean()),
         "response/distinct_1": distinct_n(rollout.responses, 1),
         "response/distinct_2": distinct_n(rollout.responses, 2),
@@ -169,18 +174,25 @@ def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[s
     }
 
 
-def load_ppo_state(config: PipelineConfig, run: RunDir, components: PPOComponents) -> PPOState:
+def build_ppo_state(config: PipelineConfig, policy_dir: Path, reward_dir: Path, tokenizer,
+                    components: PPOComponents) -> PPOState:
+    """Policy (with a fresh value head) and reference from `policy_dir`, the frozen reward
+    model from `reward_dir`, and the optimiser and KL controller from the config."""
     cfg = config.ppo
     torch.manual_seed(derive_seed(config.seed, "ppo-init"))
-    tokenizer = ReviewsWorld(config.world).tokenizer()
-    policy = PolicyWithValue(load_causal_lm(run.stage1_lm))
-    reference = components.make_reference(run.stage1_lm, policy.lm)
-    reward_model = load_reward_model(run.stage2_rm).eval().requires_grad_(False)
+    policy = PolicyWithValue(load_causal_lm(policy_dir))
+    reference = components.make_reference(policy_dir, policy.lm)
+    reward_model = load_reward_model(reward_dir).eval().requires_grad_(False)
     mean, std = reward_normalizer(reward_model)
     reward = RewardFunction(reward_model, mean, std, cfg.normalize_reward, cfg.missing_eos_penalty,
                             components.score, components.reward_transform)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
     return PPOState(cfg, policy, reference, reward, tokenizer, optimizer, components.make_kl_controller(cfg), components)
+
+
+def load_ppo_state(config: PipelineConfig, run: RunDir, components: PPOComponents) -> PPOState:
+    """The PPO state of a pipeline run on the embedded world (its stage-1 and stage-2 models)."""
+    return build_ppo_state(config, run.stage1_lm, run.stage2_rm, ReviewsWorld(config.world).tokenizer(), components)
 
 
 def run_ppo(

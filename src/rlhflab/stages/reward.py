@@ -15,6 +15,7 @@ from torch import Tensor
 
 from rlhflab.config import PipelineConfig
 from rlhflab.data.batching import decode_responses, encode_prompts, join_prompt_response
+from rlhflab.metrics.stats import pearson
 from rlhflab.models.bradley_terry import bt_loss
 from rlhflab.models.lm import load_causal_lm
 from rlhflab.models.reward_model import reward_model_from_lm, score_sequences
@@ -125,12 +126,6 @@ def score_all(model, ids: Tensor, mask: Tensor, score_fn=score_sequences, batch_
                       for i in range(0, len(ids), batch_size)])
 
 
-def pearson(x: Tensor, y: Tensor) -> float:
-    x, y = x.double() - x.double().mean(), y.double() - y.double().mean()
-    denominator = float(x.norm() * y.norm())
-    return float((x * y).sum()) / denominator if denominator > 0 else math.nan
-
-
 def group_scores(model, c: Comparisons, score_fn=score_sequences) -> Tensor:
     """Scores of every response. (N, K)"""
     N, K, L = c.ids.shape
@@ -159,9 +154,8 @@ def prompts_for(comparisons: int, responses_per_prompt: int) -> int:
     return math.ceil(comparisons / per_prompt)
 
 
-def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
-               score_fn=score_sequences) -> RewardResult:
-    """Train and save the reward model; `score_fn` reads a score from the model (a component)."""
+def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True) -> RewardResult:
+    """Train and save the reward model, whose score is read at the last real token."""
     cfg = config.reward
     K = cfg.responses_per_prompt
     start = time.perf_counter()
@@ -201,7 +195,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
                 batch = train.select(permutation[i * cfg.batch_size : (i + 1) * cfg.batch_size])
                 N, _, L = batch.ids.shape
                 width = int(batch.mask.view(N * K, L).any(0).nonzero().max()) + 1
-                scores = score_fn(model, batch.ids.view(N * K, L)[:, :width], batch.mask.view(N * K, L)[:, :width])
+                scores = score_sequences(model, batch.ids.view(N * K, L)[:, :width], batch.mask.view(N * K, L)[:, :width])
                 chosen, rejected = pair_scores(scores.view(N, K), batch.pairs, batch.first_preferred)
                 loss, accuracy = bt_loss(chosen, rejected)
                 optimizer.zero_grad(set_to_none=True)
@@ -211,7 +205,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
                 loss_value, acc_value = loss.item(), accuracy.item()
                 metrics = {"rm/train_loss": loss_value, "rm/train_acc": acc_value, "lr": lr}
                 if i == steps_per_epoch - 1:
-                    evaluation = evaluate_reward_model(model, val, gold, score_fn)
+                    evaluation = evaluate_reward_model(model, val, gold)
                     metrics |= evaluation | {"epoch": epoch + 1}
                 logger.log(step, metrics)
                 bar.advance(info=f"loss {loss_value:.3f} acc {acc_value:.2f}")
@@ -219,7 +213,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
     logger.close()
 
     # Standardise PPO rewards by the scores of the distribution the RM was trained on.
-    train_scores = group_scores(model, train, score_fn).flatten()
+    train_scores = group_scores(model, train).flatten()
     model.config.reward_mean = float(train_scores.mean())
     model.config.reward_std = float(train_scores.std())
     model.config.reward_min = float(train_scores.min())
