@@ -68,6 +68,8 @@ CATCHES = [
     ("gae_reversed", probes.probe_gae_matches_naive_loop),
     ("reward_scale_100x", probes.probe_reward_normalised),
     ("missing_eos_penalty_off_and_no_eos", probes.probe_sampled_logprobs_match),
+    ("missing_eos_penalty_off_and_no_eos", probes.probe_responses_end),
+    ("narrow_prompts", probes.probe_prompts_distinct),
 ]
 
 

@@ -225,6 +225,12 @@ def test_non_finite_values():
     assert_fires(table_of(records), "non_finite", 33, tolerance=0)
 
 
+def test_updates_skipped():
+    records = modify(healthy_records(24), 0, guard__skipped_updates=lambda k, old: 0.0)
+    records = modify(records, 45, guard__skipped_updates=lambda k, old: 4.0 if k < 3 else 0.0)
+    assert_fires(table_of(records), "updates_skipped", 45, tolerance=0)
+
+
 def test_grad_norm_spikes():
     records = modify(healthy_records(16), 40, policy__grad_norm=lambda k, old: 50.0 if k % 10 == 0 else old)
     assert_fires(table_of(records), "grad_norm_spikes", 40, tolerance=0)
@@ -266,7 +272,7 @@ def test_every_rule_is_covered_by_a_test_here():
                "identical_responses", "reward_hacking_gold", "reward_hacking_proxy", "proxy_out_of_range",
                "ratio_off", "clipfrac_high", "approxkl_high", "value_explained_variance_low", "non_finite",
                "grad_norm_spikes", "rm_weak", "rm_overfit", "rm_length_bias", "responses_never_end",
-               "prompts_narrow"}
+               "prompts_narrow", "updates_skipped"}
     assert covered == set(RULE_NAMES)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -28,15 +29,22 @@ OverridesArgument = typer.Argument(None, help="Dotted overrides, e.g. ppo.kl_coe
 
 
 FaultOption = typer.Option(None, "--fault", help="Inject a named fault from the zoo (rlhflab faults list).")
+ResumeOption = typer.Option(None, "--resume", help="Continue this run from its last checkpoint, with its config.")
 
 
 def _config(preset: str, config_file: Optional[Path], overrides: Optional[list[str]],
-            fault: Optional[str] = None) -> PipelineConfig:
+            fault: Optional[str] = None, base: Optional[PipelineConfig] = None) -> PipelineConfig:
     try:
-        return load_config(preset, config_file, overrides or [], fault)
+        return load_config(preset, config_file, overrides or [], fault, base)
     except ConfigError as err:
         console.print(f"[red]config error:[/red] {err}")
         raise typer.Exit(2) from None
+
+
+def _data_overrides(**paths: Optional[object]) -> list[str]:
+    """Stage options (--model, --prompts, ...) as `data.*` overrides, so the run's config
+    records every input."""
+    return [f"data.{key}={value}" for key, value in paths.items() if value not in (None, False)]
 
 
 def _default_out(preset: str) -> Path:
@@ -52,29 +60,52 @@ def pipeline(
     config_file: Optional[Path] = ConfigOption,
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/<preset>-<time>)."),
     fault: Optional[str] = FaultOption,
+    resume: Optional[Path] = ResumeOption,
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """All three stages on the embedded reviews world, then the doctor and a summary."""
+    """All three stages (on the embedded reviews world, or on your models and files given as
+    data.* overrides), then the doctor and a summary."""
     from rlhflab.faults.zoo import components_for
     from rlhflab.pipeline import print_summary, run_pipeline
 
-    config = _config(preset, config_file, overrides, fault)
-    out = out or _default_out(preset)
-    result = run_pipeline(config, out, components_for(config), show_progress=not quiet)
+    if resume is not None:
+        config, out = _resume_config(resume, overrides, config_file, fault), resume
+    else:
+        config, out = _config(preset, config_file, overrides, fault), out or _default_out(preset)
+    from rlhflab.distributed import Cluster
+
+    cluster = Cluster.from_environment()
+    with _input_errors(), _interruptible():
+        result = run_pipeline(config, out, components_for(config), show_progress=not quiet,
+                              resume=resume is not None, cluster=cluster)
+    if not cluster.is_main:
+        return
     print_summary(result.summary)
     console.print(f"run directory: {out}")
 
 
 def _stage_config(run: Path, preset: str, config_file: Optional[Path], overrides: Optional[list[str]],
                   fault: Optional[str] = None) -> PipelineConfig:
-    """A stage run into an existing run directory reuses its config unless one is given."""
-    if (run / "config.toml").is_file() and config_file is None and not overrides and not fault:
+    """A stage run into an existing run directory starts from that run's config (then the
+    config file and overrides); a new run directory starts from the preset."""
+    base = None
+    if (run / "config.toml").is_file():
         try:
-            return config_from_run(run)
+            base = config_from_run(run)
         except ConfigError as err:
             console.print(f"[red]config error:[/red] {err}")
             raise typer.Exit(2) from None
-    return _config(preset, config_file, overrides, fault)
+    return _config(preset, config_file, overrides, fault, base)
+
+
+def config_for_run_has(run, key: str) -> bool:
+    """Whether an existing run's config sets `data.<key>` (its own model directory)."""
+    if not run.config.is_file():
+        return False
+    try:
+        return bool(getattr(config_from_run(run.root).data, key))
+    except ConfigError:
+        return False
 
 
 def _require(path: Path, what: str) -> None:
@@ -83,64 +114,139 @@ def _require(path: Path, what: str) -> None:
         raise typer.Exit(2)
 
 
+SkipInvalidOption = typer.Option(False, "--skip-invalid", help="Skip invalid data records and report their lines.")
+
+
+def _resume_config(run: Path, overrides, config_file, fault) -> PipelineConfig:
+    """A resumed run is the same run: its own config, nothing changed."""
+    if overrides or config_file or fault:
+        console.print("[red]error:[/red] --resume continues a run with its own config; overrides, --config and "
+                      "--fault would make it another run (use `rlhflab verify` to rerun with a change)")
+        raise typer.Exit(2)
+    if not (run / "config.toml").is_file():
+        console.print(f"[red]error:[/red] {run}/config.toml not found: is {run} an rlhflab run directory?")
+        raise typer.Exit(2)
+    return _stage_config(run, "demo", None, None)
+
+
+@contextmanager
+def _interruptible():
+    """SIGINT/SIGTERM during PPO: the trainer saved a checkpoint; say how to go on."""
+    from rlhflab.ppo.trainer import Interrupted
+
+    try:
+        yield
+    except Interrupted as stop:
+        console.print(f"[yellow]interrupted:[/yellow] {stop}")
+        raise typer.Exit(128 + stop.signum) from None
+
+
+@contextmanager
+def _input_errors():
+    """A bad data file or model directory ends the command with its message and exit code 2."""
+    from rlhflab.data.files import DataError
+    from rlhflab.models.lm import ModelDirError
+
+    try:
+        yield
+    except (DataError, ModelDirError) as err:
+        console.print(f"[red]input error:[/red] {err}")
+        raise typer.Exit(2) from None
+
+
 @app.command()
 def pretrain(
     overrides: Optional[list[str]] = OverridesArgument,
     out: Path = typer.Option(..., "--out", help="Run directory."),
+    model: Optional[Path] = typer.Option(None, "--model", help="Your HF causal-LM directory to start from."),
+    sft: Optional[Path] = typer.Option(None, "--sft", help="SFT records (prompt, completion; .jsonl/.parquet)."),
+    skip_invalid: bool = SkipInvalidOption,
     preset: str = PresetOption,
     config_file: Optional[Path] = ConfigOption,
     quiet: bool = typer.Option(False, "--quiet"),
 ) -> None:
-    """Stage 1: train the tiny causal LM on the world's corpus."""
+    """Stage 1: the tiny causal LM on the world's corpus, or SFT of your model on your file."""
     from rlhflab.runs import RunDir
     from rlhflab.stages.pretrain import run_pretrain
 
-    config = _stage_config(out, preset, config_file, overrides)
+    data = _data_overrides(model=model, sft=sft, skip_invalid=skip_invalid)
+    config = _stage_config(out, preset, config_file, [*(overrides or []), *data])
     run = RunDir(out).create()
     save_config(config, run.config)
-    result = run_pretrain(config, run, not quiet)
-    console.print(result)
+    with _input_errors():
+        console.print(run_pretrain(config, run, not quiet))
 
 
 @app.command()
 def reward(
     overrides: Optional[list[str]] = OverridesArgument,
-    out: Path = typer.Option(..., "--out", help="Run directory holding stage1_lm/."),
+    out: Path = typer.Option(..., "--out", help="Run directory (holding stage1_lm/ unless --model is given)."),
+    model: Optional[Path] = typer.Option(None, "--model", help="HF causal-LM directory for the RM's trunk."),
+    preferences: Optional[Path] = typer.Option(None, "--preferences", help="Preference records (prompt, chosen, "
+                                               "rejected, or message lists; .jsonl/.parquet)."),
+    skip_invalid: bool = SkipInvalidOption,
     preset: str = PresetOption,
     config_file: Optional[Path] = ConfigOption,
     quiet: bool = typer.Option(False, "--quiet"),
 ) -> None:
-    """Stage 2: train the reward model on labelled comparisons of stage-1 samples."""
+    """Stage 2: the reward model, on labelled comparisons of stage-1 samples or on your preference file."""
     from rlhflab.runs import RunDir
     from rlhflab.stages.reward import run_reward
 
     run = RunDir(out)
-    _require(run.stage1_lm, "pretrain")
-    config = _stage_config(out, preset, config_file, overrides)
+    if model is None:
+        _require(run.stage1_lm, "pretrain")
+    if preferences is None and model is not None:
+        console.print("[red]error:[/red] --model needs --preferences (labelling samples needs the world's stage 1)")
+        raise typer.Exit(2)
+    data = _data_overrides(reward_base=model, preferences=preferences, skip_invalid=skip_invalid)
+    config = _stage_config(out, preset, config_file, [*(overrides or []), *data])
     save_config(config, run.create().config)
-    console.print(run_reward(config, run, not quiet))
+    from rlhflab.distributed import Cluster
+
+    with _input_errors():
+        console.print(run_reward(config, run, not quiet, Cluster.from_environment()))
 
 
 @app.command()
 def ppo(
     overrides: Optional[list[str]] = OverridesArgument,
-    out: Path = typer.Option(..., "--out", help="Run directory holding stage1_lm/ and stage2_rm/."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (holding stage1_lm/ and stage2_rm/ "
+                                       "unless given)."),
+    policy: Optional[Path] = typer.Option(None, "--policy", help="Your HF causal-LM directory to start from."),
+    reward_model: Optional[Path] = typer.Option(None, "--reward-model", help="Your HF 1-label reward-model directory."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt records (prompt; .jsonl/.parquet)."),
+    skip_invalid: bool = SkipInvalidOption,
     preset: str = PresetOption,
     config_file: Optional[Path] = ConfigOption,
     fault: Optional[str] = FaultOption,
+    resume: Optional[Path] = ResumeOption,
     quiet: bool = typer.Option(False, "--quiet"),
 ) -> None:
-    """Stage 3: PPO against the reward model with a KL penalty to the stage-1 model."""
+    """Stage 3: PPO against the reward model with a KL penalty to the starting policy."""
     from rlhflab.faults.zoo import components_for
     from rlhflab.ppo.trainer import run_ppo
     from rlhflab.runs import RunDir
 
+    data = _data_overrides(policy=policy, reward_model=reward_model, prompts=prompts, skip_invalid=skip_invalid)
+    if resume is not None:
+        out, config = resume, _resume_config(resume, [*(overrides or []), *data], config_file, fault)
+    elif out is None:
+        console.print("[red]error:[/red] give --out RUN (or --resume RUN)")
+        raise typer.Exit(2)
     run = RunDir(out)
-    _require(run.stage1_lm, "pretrain")
-    _require(run.stage2_rm, "reward")
-    config = _stage_config(out, preset, config_file, overrides, fault)
+    if policy is None and not config_for_run_has(run, "policy"):
+        _require(run.stage1_lm, "pretrain")
+    if reward_model is None and not config_for_run_has(run, "reward_model"):
+        _require(run.stage2_rm, "reward")
+    if resume is None:
+        config = _stage_config(out, preset, config_file, [*(overrides or []), *data], fault)
     save_config(config, run.create().config)
-    console.print(run_ppo(config, run, components_for(config), show_progress=not quiet))
+    from rlhflab.distributed import Cluster
+
+    with _input_errors(), _interruptible():
+        console.print(run_ppo(config, run, components_for(config), show_progress=not quiet,
+                              resume=resume is not None, cluster=Cluster.from_environment()))
 
 
 def print_diagnosis(diagnosis, run_name: str) -> None:
@@ -267,7 +373,8 @@ def checkup(
     policy: Optional[Path] = typer.Option(None, "--policy", help="Your HF causal-LM directory (with its tokenizer)."),
     reward_model: Optional[Path] = typer.Option(None, "--reward-model", help="Your HF 1-label reward-model directory."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompts (.jsonl/.parquet, field 'prompt')."),
-    pairs: Optional[Path] = typer.Option(None, "--pairs", help="Held-out preference pairs to test the RM on."),
+    pairs: Optional[Path] = typer.Option(None, "--pairs", help="Preference pairs; the RM is tested on their "
+                                         "held-out share (data.heldout_fraction)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Where checkup.json goes (own models; default: cwd)."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad records of --prompts/--pairs."),
     preset: str = PresetOption,
@@ -280,8 +387,10 @@ def checkup(
     `rlhflab checkup --policy DIR --reward-model DIR --prompts FILE [--pairs FILE] [k=v ...]`."""
     from rich.table import Table
 
+    from rlhflab.data.files import DataError
     from rlhflab.doctor.probes import run_checkup
     from rlhflab.faults.zoo import components_for
+    from rlhflab.models.lm import ModelDirError
     from rlhflab.runs import RunDir
 
     own = policy is not None or reward_model is not None
@@ -291,49 +400,34 @@ def checkup(
         console.print("[red]error:[/red] give a run directory, or --policy, --reward-model and --prompts")
         raise typer.Exit(2)
     if own:
-        config = _config(preset, config_file, overrides)
-        results, where = _checkup_own(config, policy, reward_model, prompts, pairs, out or Path("."), skip_invalid)
+        if policy is None or reward_model is None or prompts is None:
+            console.print("[red]error:[/red] own models need --policy DIR, --reward-model DIR and --prompts FILE")
+            raise typer.Exit(2)
+        given = {"data.policy": policy, "data.reward_model": reward_model, "data.prompts": prompts,
+                 "data.preferences": pairs, "data.skip_invalid": skip_invalid}
+        own_overrides = [f"{k}={v}" for k, v in given.items() if v is not None]
+        config = _config(preset, config_file, [*(overrides or []), *own_overrides])
+        run = out or Path(".")
+        run.mkdir(parents=True, exist_ok=True)
     else:
         _require(run / "stage1_lm", "pretrain")
         _require(run / "stage2_rm", "reward")
         config = _stage_config(run, "demo", None, None)  # the run's own config
-        results, where = run_checkup(config, RunDir(run), components_for(config)), run
-    table = Table(title=f"checkup: {where}")
+    try:
+        results = run_checkup(config, RunDir(run), components_for(config))
+    except (DataError, ModelDirError) as err:
+        console.print(f"[red]input error:[/red] {err}")
+        raise typer.Exit(2) from None
+    table = Table(title=f"checkup: {run}")
     for column in ("probe", "component", "result", "measured", "tolerance", "what"):
         table.add_column(column)
     for r in results:
         table.add_row(r.name, r.component, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]",
                       f"{r.measured:.3g}", r.tolerance, r.detail)
     console.print(table)
-    console.print(f"wrote {Path(where) / 'checkup.json'}")
+    console.print(f"wrote {run / 'checkup.json'}")
     if not all(r.passed for r in results):
         raise typer.Exit(1)
-
-
-def _checkup_own(config, policy, reward_model, prompts, pairs, out: Path, skip_invalid: bool):
-    """Load and validate the user's models and files, then probe them."""
-    from rlhflab.data.files import DataError, load_preferences, load_prompts
-    from rlhflab.data.prompt_pool import PromptPool
-    from rlhflab.doctor.probes import checkup_models
-    from rlhflab.models.lm import ModelDirError, load_tokenizer
-
-    if policy is None or reward_model is None or prompts is None:
-        console.print("[red]error:[/red] own models need --policy DIR, --reward-model DIR and --prompts FILE")
-        raise typer.Exit(2)
-    try:
-        tokenizer = load_tokenizer(policy)
-        prompt_set = load_prompts(prompts, skip_invalid=skip_invalid)
-        pair_set = load_preferences(pairs, skip_invalid=skip_invalid, tokenizer=tokenizer) if pairs else None
-    except (DataError, ModelDirError) as err:
-        console.print(f"[red]input error:[/red] {err}")
-        raise typer.Exit(2) from None
-    for loaded in (prompt_set, pair_set):
-        if loaded is not None and loaded.skipped:
-            console.print(f"[yellow]skipped:[/yellow] {loaded.summary()}")
-    out.mkdir(parents=True, exist_ok=True)
-    results = checkup_models(config, policy, reward_model, PromptPool([r.prompt for r in prompt_set.records]),
-                             pair_set.records if pair_set else (), out)
-    return results, out
 
 
 faults_app = typer.Typer(no_args_is_help=True, help="The fault zoo: named wrong components that reproduce failures.")

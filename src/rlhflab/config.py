@@ -140,8 +140,36 @@ class PPOConfig:
     """Responses written to samples/ppo.jsonl each iteration."""
     doctor_every: int = 10
     """Iterations between live runs of the doctor's detectors during training."""
+    checkpoint_every: int = 10
+    """Iterations between resumable checkpoints in RUN/checkpoints/ppo (0: only on SIGINT/SIGTERM and stops)."""
+    max_nonfinite_iterations: int = 3
+    """Iterations in a row with a skipped (NaN/Inf) update after which the run stops with a checkpoint."""
     stop_on: str = ""
     """Comma-separated doctor rules (e.g. kl_explosion,reward_hacking_gold) that stop the run, with a checkpoint and the diagnosis, when they fire."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Your own models and data; an empty field means the embedded reviews world (or the run's own stage output)."""
+
+    model: str = ""
+    """HF causal-LM directory stage 1 starts from, with its tokenizer; empty: a tiny GPT-2 trained from scratch."""
+    sft: str = ""
+    """Stage-1 file of `prompt`/`completion` records (.jsonl/.parquet); empty: the world's corpus."""
+    preferences: str = ""
+    """Stage-2 file of `prompt`/`chosen`/`rejected` records (or message lists); empty: labelled stage-1 samples."""
+    reward_base: str = ""
+    """HF causal-LM directory the reward model's trunk starts from; empty: RUN/stage1_lm."""
+    prompts: str = ""
+    """Stage-3 file of `prompt` records; empty: the world's prompts (with a gold reward)."""
+    policy: str = ""
+    """HF causal-LM directory PPO starts from (and its reference); empty: RUN/stage1_lm."""
+    reward_model: str = ""
+    """HF 1-label sequence-classifier directory PPO optimises; empty: RUN/stage2_rm."""
+    skip_invalid: bool = False
+    """Skip invalid data records (reported with their lines) instead of stopping at the first."""
+    heldout_fraction: float = 0.1
+    """Share of an own data file held out for validation (at least one record)."""
 
 
 @dataclass(frozen=True)
@@ -156,9 +184,13 @@ class PipelineConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    data: DataConfig = field(default_factory=DataConfig)
 
 
-SECTIONS = ("world", "pretrain", "reward", "ppo")
+SECTIONS = ("world", "pretrain", "reward", "ppo", "data")
+# Config keys naming a file or directory that must exist, and which.
+_PATHS = {"data.model": "dir", "data.sft": "file", "data.preferences": "file", "data.reward_base": "dir",
+          "data.prompts": "file", "data.policy": "dir", "data.reward_model": "dir"}
 
 # Presets are overrides on top of the defaults (the defaults are the demo preset).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -205,6 +237,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "ppo.lam": (0.0, 1.0),
     "ppo.temperature": (1e-3, 100.0),
     "pretrain.dropout": (0.0, 0.9),
+    "data.heldout_fraction": (0.0, 0.5),
 }
 _POSITIVE = {
     "pretrain.steps", "pretrain.lr", "pretrain.batch_size", "pretrain.corpus_size",
@@ -214,6 +247,7 @@ _POSITIVE = {
     "reward.batch_size", "reward.response_length", "reward.responses_per_prompt", "reward.sample_temperature",
     "ppo.iterations", "ppo.batch_size", "ppo.response_length", "ppo.epochs",
     "ppo.minibatches", "ppo.lr", "ppo.kl_target", "ppo.kl_horizon", "ppo.eval_prompts", "ppo.doctor_every",
+    "ppo.max_nonfinite_iterations",
 }
 
 
@@ -272,9 +306,14 @@ def _coerce(key: str, raw: Any, hint: Any, source: str) -> Any:
 
 
 def _check_range(key: str, value: Any, source: str) -> None:
+    where = f"{source}: {key}" if source else key
+    if key in _PATHS and value:
+        kind = _PATHS[key]
+        if not (Path(value).is_dir() if kind == "dir" else Path(value).is_file()):
+            raise ConfigError(f"{where} = {value!r}: not found; expected an existing "
+                              f"{'Hugging Face model directory' if kind == 'dir' else '.jsonl or .parquet file'}")
     if value is None or isinstance(value, (bool, str)):
         return
-    where = f"{source}: {key}" if source else key
     if key in _RANGES:
         low, high = _RANGES[key]
         if not low <= value <= high:
@@ -306,6 +345,8 @@ def apply_overrides(config: PipelineConfig, overrides: dict[str, Any], source: s
         if name not in hints:
             raise ConfigError(_unknown(key, source, [f"{section_name}.{n}" for n in hints]))
         value = _coerce(key, raw, hints[name], source)
+        if key in _PATHS and value:
+            value = str(Path(value).expanduser().resolve())  # the run's config works from any directory
         _check_range(key, value, source)
         try:
             sections[section_name] = replace(section, **{name: value})
@@ -340,6 +381,9 @@ def _check_consistency(config: PipelineConfig) -> None:
         unknown = [r for r in stop_rules(ppo) if r not in RULE_NAMES]
         if unknown:
             raise ConfigError(f"ppo.stop_on: unknown rule(s) {', '.join(unknown)}; known: {', '.join(RULE_NAMES)}")
+    if config.data.reward_base and not config.data.preferences:
+        raise ConfigError("data.reward_base needs data.preferences: the world's comparisons are samples of "
+                          "RUN/stage1_lm, scored by a reward model of the same tokenizer")
     if pre.n_embd % pre.n_head:
         raise ConfigError(f"pretrain.n_embd = {pre.n_embd} must be divisible by pretrain.n_head = {pre.n_head}")
 
@@ -376,12 +420,14 @@ def load_config(
     config_file: Path | None = None,
     overrides: list[str] | dict[str, Any] | None = None,
     fault: str | None = None,
+    base: PipelineConfig | None = None,
 ) -> PipelineConfig:
-    """Defaults, then the preset, then the TOML file, then the dotted overrides; then a
-    fault's own config (it sets its component's keys, so it comes last)."""
+    """Defaults, then the preset (or `base`, e.g. an existing run's config), then the TOML
+    file, then the dotted overrides; then a fault's own config (it sets its component's
+    keys, so it comes last)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
-    config = apply_overrides(PipelineConfig(), PRESETS[preset], source=f"preset {preset}")
+    config = base or apply_overrides(PipelineConfig(), PRESETS[preset], source=f"preset {preset}")
     if config_file is not None:
         config = apply_overrides(config, read_toml(config_file), source=str(config_file))
     if overrides:

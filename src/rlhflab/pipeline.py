@@ -1,4 +1,4 @@
-"""`rlhflab pipeline`: all three stages on the embedded world into one run directory."""
+"""`rlhflab pipeline`: all three stages into one run directory, then the doctor."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from pathlib import Path
 from rich.table import Table
 
 from rlhflab.config import PipelineConfig, save_config
+from rlhflab.distributed import Cluster
 from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
 from rlhflab.doctor.readers import read_run
 from rlhflab.doctor.report import write_report
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.trainer import run_ppo
 from rlhflab.progress import console
-from rlhflab.runs import RunDir, write_json
+from rlhflab.runs import RunDir, read_json, write_json
 from rlhflab.stages.pretrain import run_pretrain
 from rlhflab.stages.reward import run_reward
 
@@ -31,26 +32,51 @@ def run_pipeline(
     out: Path,
     components: PPOComponents = PPOComponents(),
     show_progress: bool = True,
+    resume: bool = False,
+    cluster: Cluster = Cluster.single(),
 ) -> PipelineResult:
-    run = RunDir(Path(out)).create()
-    save_config(config, run.config)
+    """The three stages into `out`, then the doctor and the report. With `resume`, stages
+    whose output directory is complete are kept and PPO continues from its checkpoint.
+    Under torchrun, stage 1 runs on the first process only (the others wait for its
+    model), stages 2 and 3 on all (distributed.py), the doctor on the first."""
+    run = RunDir(Path(out))
+    writer = cluster.is_main
+    if writer:
+        run.create()
+        save_config(config, run.config)
+    previous = read_json(run.summary) if resume and run.summary.is_file() else {}
     timings = {}
     start = time.perf_counter()
-    pre = run_pretrain(config, run, show_progress)
+    if resume and run.stage1_lm.is_dir() and "pretrain" in previous:
+        pre = previous["pretrain"]
+    else:
+        pre = asdict(run_pretrain(config, run, show_progress)) if writer else {}
+        previous["pretrain"] = pre
+        if writer:
+            write_json(run.summary, previous)
+    cluster.barrier()
     timings["pretrain_s"] = time.perf_counter() - start
     start = time.perf_counter()
-    rm = run_reward(config, run, show_progress)
+    if resume and run.stage2_rm.is_dir() and "reward" in previous:
+        rm = previous["reward"]
+    else:
+        rm = asdict(run_reward(config, run, show_progress, cluster))
+        previous["reward"] = rm
+        if writer:
+            write_json(run.summary, previous)
     timings["reward_s"] = time.perf_counter() - start
     start = time.perf_counter()
-    evaluation = run_ppo(config, run, components, show_progress)
+    evaluation = run_ppo(config, run, components, show_progress, resume=resume, cluster=cluster)
     timings["ppo_s"] = time.perf_counter() - start
+    if not writer:
+        return PipelineResult(run, {})
     diagnosis = diagnose_path(run.root)
     write_diagnosis(diagnosis, run.diagnosis)
     write_report(run.root, read_run(run.root), diagnosis)
     summary = {
         "findings": [f.rule for f in diagnosis.findings],
-        "pretrain": asdict(pre),
-        "reward": asdict(rm),
+        "pretrain": pre,
+        "reward": rm,
         "eval": evaluation,
         "time": timings | {"total_s": sum(timings.values())},
     }
@@ -70,7 +96,8 @@ def summary_table(summary: dict) -> Table:
         ("distinct-2", "distinct_2"), ("grammatical rate", "grammatical_rate"), ("length (tokens)", "length_mean"),
     ]
     for label, key in rows:
-        table.add_row(label, f"{before[key]:.3f}", f"{after[key]:.3f}")
+        if key in before:  # gold and grammar exist on the embedded world only
+            table.add_row(label, f"{before[key]:.3f}", f"{after[key]:.3f}")
     rm = summary["reward"]
     findings = ", ".join(summary["findings"]) or "none"
     table.caption = (

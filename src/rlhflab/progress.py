@@ -29,7 +29,8 @@ class _NullBar:
 
 
 @contextmanager
-def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator[Bar]:
+def progress_bar(description: str, total: int, enabled: bool = True, completed: int = 0) -> Iterator[Bar]:
+    """A bar of `total` steps, `completed` of them already done (a resumed run)."""
     if not enabled:
         yield _NullBar()
         return
@@ -44,5 +45,5 @@ def progress_bar(description: str, total: int, enabled: bool = True) -> Iterator
         transient=False,
     )
     with progress:
-        task = progress.add_task(description, total=total, info="")
+        task = progress.add_task(description, total=total, completed=completed, info="")
         yield _RichBar(progress, task)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 
 @dataclass(frozen=True)
@@ -131,9 +133,23 @@ class MultiLogger:
             logger.close()
 
 
-def stage_logger(run: RunDir, stage: str, tensorboard: bool = True) -> MetricsLogger:
-    """JSONL (always) plus TensorBoard (when importable) for one stage."""
-    loggers: list[MetricsLogger] = [JsonlLogger(run.metrics(stage))]
+class NullLogger:
+    """The logger of a process that writes nothing (every torchrun process but the first)."""
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def stage_logger(run: RunDir, stage: str, tensorboard: bool = True, append: bool = False,
+                 writer: bool = True) -> MetricsLogger:
+    """JSONL (always) plus TensorBoard (when importable) for one stage; `append` continues
+    the stage's JSONL file (a resumed run); `writer=False` logs nothing."""
+    if not writer:
+        return NullLogger()
+    loggers: list[MetricsLogger] = [JsonlLogger(run.metrics(stage), append)]
     if tensorboard:
         try:
             loggers.append(TensorBoardLogger(run.tensorboard(stage)))
@@ -163,8 +179,28 @@ def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
             handle.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")
 
 
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (temp file, then rename)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+@contextmanager
+def atomic_dir(path: Path) -> Iterator[Path]:
+    """Yield a temporary directory to fill, then swap it in under `path`: a crash at any
+    point leaves the old directory or the new one, never a half-written one."""
+    path = Path(path)
+    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    yield tmp
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    shutil.rmtree(old, ignore_errors=True)

@@ -25,15 +25,21 @@ def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: list[str]) -> tu
     return ids, mask
 
 
-def encode_texts(
-    tokenizer: PreTrainedTokenizerBase, texts: list[str], max_len: int
-) -> tuple[Tensor, Tensor]:
-    """`<bos> text <eos>` per row, right-padded and cut at `max_len`. Returns ids, mask (B, L)."""
-    rows = [
-        [*_bos(tokenizer), *tokenizer.encode(t, add_special_tokens=False), tokenizer.eos_token_id][:max_len]
-        for t in texts
-    ]
-    return _right_padded(rows, tokenizer.pad_token_id)
+def encode_sft(
+    tokenizer: PreTrainedTokenizerBase, examples: list[tuple[str, str]], max_len: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`<bos> prompt completion <eos>` per (prompt, completion), right-padded and cut at
+    `max_len`. Returns ids, mask (True for real tokens) and targets (True for the
+    completion and EOS, the tokens the loss is on), each (B, L)."""
+    rows, starts = [], []
+    for prompt, completion in examples:
+        context = [*_bos(tokenizer), *tokenizer.encode(prompt, add_special_tokens=False)] if prompt else _bos(tokenizer)
+        rows.append([*context, *tokenizer.encode(completion, add_special_tokens=False),
+                     tokenizer.eos_token_id][:max_len])
+        starts.append(len(context))
+    ids, mask = _right_padded(rows, tokenizer.pad_token_id)
+    targets = mask & (torch.arange(ids.shape[1])[None, :] >= torch.tensor(starts)[:, None])
+    return ids, mask, targets
 
 
 def encode_responses(tokenizer: PreTrainedTokenizerBase, responses: list[str]) -> tuple[Tensor, Tensor]:

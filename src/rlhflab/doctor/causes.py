@@ -143,6 +143,7 @@ def _causes_for(rule: str, table: MetricTable) -> list[Cause]:
         "approxkl_high": [hyper, scaling, bookkeeping],
         "value_explained_variance_low": [advantages, scaling, hyper],
         "non_finite": [scaling, hyper, bookkeeping],
+        "updates_skipped": [scaling, hyper, bookkeeping],
         "grad_norm_spikes": [scaling, hyper],
         "rm_weak": [rm_data],
         "rm_overfit": [rm_data],
@@ -220,7 +221,7 @@ def rank_causes(rule: str, table: MetricTable, checkup: CheckupVerdict | None = 
                           f"PPO steps are too large (mean approxkl {approxkl or 0:.2f}, clipfrac {clipfrac or 0:.2f})")
     adv_std = _mean(table, "adv/std")
     if rule in ("kl_explosion", "clipfrac_high", "approxkl_high", "value_explained_variance_low", "grad_norm_spikes",
-                "non_finite") and adv_std is not None and adv_std > 10:
+                "non_finite", "updates_skipped") and adv_std is not None and adv_std > 10:
         causes = _promote(causes, "reward_scaling", f"advantages have std {adv_std:.0f} before whitening: "
                                                     "rewards are not standardised")
     unique = table.get("prompts/unique_frac")

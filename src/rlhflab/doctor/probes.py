@@ -17,17 +17,17 @@ import torch
 from rlhflab.config import PipelineConfig
 from rlhflab.data.batching import encode_prompts, encode_responses, join_prompt_response
 from rlhflab.data.files import PreferenceRecord
-from rlhflab.data.prompt_pool import PromptPool, PromptSource
+from rlhflab.data.prompt_pool import PromptSource
 from rlhflab.doctor.findings import Component
 from rlhflab.models.forward import response_logprobs
 from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.metrics.stats import pearson
-from rlhflab.models.lm import load_tokenizer
-from rlhflab.ppo.trainer import PPOState, build_ppo_state, compute_advantages, load_ppo_state
+from rlhflab.ppo.trainer import PPOState, compute_advantages, load_ppo_state
 from rlhflab.ppo.rollout import make_rollout
 from rlhflab.runs import RunDir, write_json
 from rlhflab.seeding import derive_seed, torch_generator
+from rlhflab.sources import context_length, policy_dir, preference_data, prompt_task
 from rlhflab.worlds.reviews import ReviewsWorld
 
 
@@ -270,19 +270,12 @@ def run_probes(ctx: ProbeContext, out_dir: Path) -> list[ProbeResult]:
 
 
 def run_checkup(config: PipelineConfig, run: RunDir, components: PPOComponents = PPOComponents()) -> list[ProbeResult]:
-    """Every probe on a pipeline run's stage-1 and stage-2 models; writes RUN/checkup.json."""
+    """Every probe on a run's models (its stages, or the user's `data.policy` and
+    `data.reward_model`) and prompts; writes RUN/checkup.json. The reward model is tested
+    on the held-out share of `data.preferences`, or on fresh labelled world samples."""
     state = load_ppo_state(config, run, components)
-    world = ReviewsWorld(config.world)
-    prompts = world.prompts(config.ppo.batch_size, derive_seed(config.seed, "checkup-prompts"))
-    return run_probes(ProbeContext(config, state, world, prompts, world), run.root)
-
-
-def checkup_models(config: PipelineConfig, policy_dir: Path, reward_dir: Path, prompts: PromptPool,
-                   pairs: tuple[PreferenceRecord, ...], out_dir: Path,
-                   components: PPOComponents = PPOComponents()) -> list[ProbeResult]:
-    """Every probe on the user's own HF model directories: a causal LM (the policy and its
-    reference) and a 1-label sequence classifier (the reward model), with the policy's
-    tokenizer, the user's prompts and, for the RM probes, held-out preference pairs."""
-    state = build_ppo_state(config, policy_dir, reward_dir, load_tokenizer(policy_dir), components)
-    batch = prompts.prompts(config.ppo.batch_size, derive_seed(config.seed, "checkup-prompts"))
-    return run_probes(ProbeContext(config, state, prompts, batch, pairs=pairs), out_dir)
+    context = context_length(policy_dir(config, run), config)
+    task = prompt_task(config, state.tokenizer, context)
+    prompts = task.train.prompts(config.ppo.batch_size, derive_seed(config.seed, "checkup-prompts"))
+    pairs = tuple(preference_data(config, state.tokenizer, context)[1]) if config.data.preferences else ()
+    return run_probes(ProbeContext(config, state, task.train, prompts, task.world, pairs), run.root)

@@ -388,6 +388,19 @@ def non_finite(table: MetricTable) -> Detection | None:
     return Detection(f"non-finite values in {len(evidence)} metric(s)", "high", first, evidence)
 
 
+def updates_skipped(table: MetricTable) -> Detection | None:
+    """Updates the trainer's non-finite guard skipped (a NaN/Inf loss or gradient)."""
+    skipped = table.get("guard/skipped_updates")
+    hits = [i for i, v in enumerate(skipped.values) if v > 0]
+    if not hits:
+        return None
+    return Detection(
+        f"non-finite updates skipped at {len(hits)} iteration(s)", "high", skipped.steps[hits[0]],
+        (_ev("guard/skipped_updates", skipped, hits[0], "any skipped update",
+             "a finite loss and gradient are the precondition of an optimiser step", iterations=float(len(hits))),),
+    )
+
+
 def grad_norm_spikes(table: MetricTable) -> Detection | None:
     """Gradient norm jumping far above its running median, repeatedly."""
     g = table.get("policy/grad_norm")
@@ -478,6 +491,7 @@ RULES: tuple[Rule, ...] = (
     Rule("value_explained_variance_low", "ppo_instability", ("value/explained_variance",),
          value_explained_variance_low, value_explained_variance_low.__doc__),
     Rule("non_finite", "ppo_instability", (), non_finite, non_finite.__doc__),
+    Rule("updates_skipped", "ppo_instability", ("guard/skipped_updates",), updates_skipped, updates_skipped.__doc__),
     Rule("grad_norm_spikes", "ppo_instability", ("policy/grad_norm",), grad_norm_spikes, grad_norm_spikes.__doc__),
     Rule("rm_weak", "reward_model", ("rm/val_acc",), rm_weak, rm_weak.__doc__),
     Rule("rm_overfit", "reward_model", ("rm/train_acc", "rm/val_acc"), rm_overfit, rm_overfit.__doc__),

@@ -84,6 +84,15 @@ def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunD
     )
 
 
+CAVEAT = (
+    "How to read these numbers: the checkup has a probe written for most code faults, and the doctor reads the",
+    "run's config for settings outside the usual range (a zero KL coefficient, a negative entropy coefficient, a",
+    "clip range that never clips). The zoo was in view while both were written, so it is not a held-out test of",
+    "them; the column 'from metrics alone' is the doctor without either, as it works on another trainer's log.",
+    "Seconds are wall time of the run, checkup, doctor and report (faults reuse the healthy run's earlier stages).",
+)
+
+
 def render(faulty: list[BenchRow], healthy: list[BenchRow], command: str) -> str:
     n = max(1, len(faulty))
     detected = sum(r.detected for r in faulty)
@@ -114,6 +123,8 @@ def render(faulty: list[BenchRow], healthy: list[BenchRow], command: str) -> str
         f"trainer's log): {right_log}/{len(faulty)} = {right_log / n:.0%}",
         f"- findings on healthy runs: {healthy_findings} over {len(healthy)} seeds, failed probes: {healthy_probes} "
         "(target: 0)",
+        "",
+        *CAVEAT,
         "",
         "| fault | component | detected | symptom in metrics | ranked first | from metrics alone | findings "
         "| failed probes | seconds |",

@@ -15,6 +15,10 @@ from transformers import PreTrainedTokenizerBase
 from rlhflab.config import PretrainConfig
 
 
+class ModelDirError(ValueError):
+    """A model directory is missing, or lacks what rlhflab needs (weights, tokenizer, EOS)."""
+
+
 def build_tiny_lm(tokenizer: PreTrainedTokenizerBase, config: PretrainConfig, seed: int) -> GPT2LMHeadModel:
     """A GPT-2 (Radford et al. 2019) sized by `config`, randomly initialised under `seed`."""
     model_config = GPT2Config(
@@ -35,17 +39,31 @@ def build_tiny_lm(tokenizer: PreTrainedTokenizerBase, config: PretrainConfig, se
     return GPT2LMHeadModel(model_config)
 
 
+def check_model_dir(path: Path) -> Path:
+    """A local HF model directory with a config and safetensors weights, or a ModelDirError
+    that says what is missing. Pickled weights (`*.bin`, `*.pt`) are never loaded: unpickling
+    a file from a user path can run arbitrary code."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ModelDirError(f"{path}: not a directory; expected a Hugging Face model directory")
+    if not (path / "config.json").is_file():
+        raise ModelDirError(f"{path}: no config.json; expected a directory written by save_pretrained")
+    if not any(path.glob("*.safetensors")):
+        pickled = sorted(p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+        hint = (f" (found {', '.join(pickled)}: pickled weights are not loaded; convert them with "
+                "model.save_pretrained(DIR, safe_serialization=True) in a session you trust)") if pickled else ""
+        raise ModelDirError(f"{path}: no *.safetensors weights; expected model.safetensors{hint}")
+    return path
+
+
 def load_causal_lm(path: Path) -> PreTrainedModel:
-    """Load any local `AutoModelForCausalLM` directory (safetensors only)."""
-    return AutoModelForCausalLM.from_pretrained(str(path), use_safetensors=True)
+    """Load any local `AutoModelForCausalLM` directory (safetensors only, no remote code)."""
+    return AutoModelForCausalLM.from_pretrained(str(check_model_dir(path)), use_safetensors=True,
+                                                trust_remote_code=False)
 
 
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-class ModelDirError(ValueError):
-    """A model directory is missing, or lacks what rlhflab needs (weights, tokenizer, EOS)."""
 
 
 def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
@@ -61,7 +79,7 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
         raise ModelDirError(f"{path}: no tokenizer (tokenizer.json or tokenizer_config.json); expected a model "
                             "directory saved with its tokenizer (tokenizer.save_pretrained(DIR))")
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     if tokenizer.eos_token_id is None:
         raise ModelDirError(f"{path}: the tokenizer has no EOS token; expected one (responses end with it)")
     if tokenizer.pad_token_id is None:

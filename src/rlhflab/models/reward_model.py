@@ -17,19 +17,21 @@ from torch import Tensor
 from transformers import AutoModelForSequenceClassification, PreTrainedModel
 
 from rlhflab.models.forward import position_ids_from_mask
+from rlhflab.models.lm import check_model_dir
 
 
 def reward_model_from_lm(lm_dir: Path) -> PreTrainedModel:
     """A 1-label sequence classifier whose trunk is the LM in `lm_dir` (new score head)."""
     model = AutoModelForSequenceClassification.from_pretrained(
-        str(lm_dir), num_labels=1, use_safetensors=True
+        str(check_model_dir(lm_dir)), num_labels=1, use_safetensors=True, trust_remote_code=False
     )
     model.config.problem_type = "regression"
     return model
 
 
 def load_reward_model(path: Path) -> PreTrainedModel:
-    return AutoModelForSequenceClassification.from_pretrained(str(path), use_safetensors=True)
+    return AutoModelForSequenceClassification.from_pretrained(str(check_model_dir(path)), use_safetensors=True,
+                                                              trust_remote_code=False)
 
 
 def last_real_index(attention_mask: Tensor) -> Tensor:

@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from rlhflab.models.forward import response_logits
+from rlhflab.runs import atomic_dir
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 
@@ -39,8 +40,8 @@ class PolicyWithValue(nn.Module):
         return logits, values
 
     def save(self, out_dir: Path, tokenizer=None) -> None:
-        out_dir = Path(out_dir)
-        self.lm.save_pretrained(str(out_dir))
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(out_dir))
-        save_file({k: v.contiguous() for k, v in self.value_head.state_dict().items()}, str(out_dir / VALUE_HEAD_FILE))
+        with atomic_dir(Path(out_dir)) as tmp:
+            self.lm.save_pretrained(str(tmp))
+            if tokenizer is not None:
+                tokenizer.save_pretrained(str(tmp))
+            save_file({k: v.contiguous() for k, v in self.value_head.state_dict().items()}, str(tmp / VALUE_HEAD_FILE))

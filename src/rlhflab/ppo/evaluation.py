@@ -1,5 +1,6 @@
-"""Held-out comparison of a policy with the reference: gold and proxy reward, KL to the
-reference, diversity and grammaticality of samples on prompts never trained on."""
+"""Held-out comparison of a policy with the reference: proxy reward, KL to the reference
+and diversity of samples on prompts never trained on; gold reward and grammaticality
+when the prompts come from the embedded world (`world` is None otherwise)."""
 
 from __future__ import annotations
 
@@ -31,18 +32,18 @@ def evaluate_policy(
         proxy += reward(ids, mask, s.has_eos)[0].tolist()
         responses = decode_responses(tokenizer, s.response_ids, s.mask)
         texts += responses
-        gold += world.gold(chunk, responses)
+        if world is not None:
+            gold += world.gold(chunk, responses)
         lengths += s.mask.sum(1).tolist()
         eos += s.has_eos.tolist()
     n = len(prompts)
     full = [f"{p} {r}" for p, r in zip(prompts, texts)]
-    return {
-        "gold_mean": sum(gold) / n,
+    known = {"gold_mean": sum(gold) / n, "grammatical_rate": world.grammatical_rate(full)} if world is not None else {}
+    return known | {
         "proxy_mean": sum(proxy) / n,
         "kl_mean": sum(kl) / n,
         "distinct_2": distinct_n(texts, 2),
         "self_bleu": self_bleu(texts),
-        "grammatical_rate": world.grammatical_rate(full),
         "length_mean": sum(lengths) / n,
         "eos_rate": sum(eos) / n,
     }

@@ -10,6 +10,8 @@ Every metric of the update is averaged over all minibatches and epochs.
 from __future__ import annotations
 
 import math
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,13 +19,16 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from rlhflab.checkpoint import (ResumePoint, count_lines, has_checkpoint, load_checkpoint, save_checkpoint,
+                                truncate_lines)
 from rlhflab.config import PipelineConfig, PPOConfig, stop_rules
+from rlhflab.distributed import Cluster
 from rlhflab.doctor.diagnose import diagnose, write_diagnosis
 from rlhflab.doctor.readers import proxy_train_max
 from rlhflab.doctor.table import MetricTable
 from rlhflab.metrics.diversity import distinct_n, identical_fraction, self_bleu
 from rlhflab.metrics.stats import explained_variance, masked_mean, masked_var, pearson
-from rlhflab.models.lm import load_causal_lm
+from rlhflab.models.lm import load_causal_lm, load_tokenizer
 from rlhflab.models.reward_model import load_reward_model, reward_normalizer
 from rlhflab.models.value_head import PolicyWithValue
 from rlhflab.ppo import losses
@@ -32,9 +37,9 @@ from rlhflab.ppo.evaluation import evaluate_policy
 from rlhflab.ppo.kl import KLController, kl_estimate
 from rlhflab.ppo.rollout import RewardFunction, Rollout, make_rollout
 from rlhflab.progress import console, progress_bar
-from rlhflab.runs import RunDir, append_jsonl, stage_logger, write_json
+from rlhflab.runs import RunDir, append_jsonl, read_jsonl, stage_logger, write_json
 from rlhflab.seeding import derive_seed, torch_generator
-from rlhflab.worlds.reviews import ReviewsWorld
+from rlhflab.sources import context_length, policy_dir, prompt_task, reward_model_dir
 
 
 @dataclass
@@ -49,6 +54,7 @@ class PPOState:
     optimizer: torch.optim.Optimizer
     controller: KLController
     components: PPOComponents = field(default_factory=PPOComponents)
+    cluster: Cluster = field(default_factory=Cluster.single)
 
 
 @dataclass(frozen=True)
@@ -73,9 +79,9 @@ def compute_advantages(state: PPOState, rollout: Rollout) -> Advantages:
 
 def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: torch.Generator) -> dict[str, float]:
     """`epochs` passes of `minibatches` clipped-PPO steps over one rollout batch."""
-    cfg, c = state.config, state.components
+    cfg, c, cluster = state.config, state.components, state.cluster
     totals: dict[str, float] = {}
-    ratio_max, n = 0.0, 0
+    ratio_max, n, skipped = 0.0, 0, 0
     batch = len(rollout.prompts)
     size = batch // cfg.minibatches
     # The policy stays in eval mode: dropout off in rollout and update alike, so the
@@ -83,8 +89,13 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
     for _ in range(cfg.epochs):
         order = torch.randperm(batch, generator=generator)
         for start in range(0, batch, size):
-            index = order[start : start + size]
+            # Under torchrun each process takes its share of the minibatch's rows; its loss
+            # is weighted by its share of the minibatch's tokens, so the gradients summed
+            # over processes are those of the whole minibatch's token mean.
+            minibatch = order[start : start + size]
+            index = cluster.shard(minibatch)
             mb = rollout.select(index)
+            share = cluster.world * float(mb.mask.sum()) / float(rollout.mask[minibatch].sum())
             logits, values = state.policy(mb.input_ids, mb.attention_mask, mb.prompt_len, cfg.temperature,
                                           c.response_logits)
             logprobs = losses.logprobs_from_logits(logits, mb.response_ids)
@@ -95,24 +106,32 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
             entropy = masked_mean(losses.entropy_from_logits(entropy_logits), mb.mask)
             loss = pg_loss + cfg.vf_coef * vf_loss - cfg.entropy_coef * entropy
             state.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss * (share / cluster.world)).backward()
+            cluster.sum_gradients(state.policy.parameters())
             grad_norm = torch.nn.utils.clip_grad_norm_(state.policy.parameters(), cfg.max_grad_norm)
-            state.optimizer.step()
-            step_metrics = {
+            # A NaN/Inf loss or gradient (from a reward, an advantage or an overflow) would
+            # poison the weights and Adam's moments for good: skip the step and count it.
+            finite = bool(torch.isfinite(grad_norm))  # the same on every process: gradients are summed
+            skipped += not finite
+            if finite:
+                state.optimizer.step()
+            token_means = {
                 "policy/loss": pg_loss.item(),
                 "value/loss": vf_loss.item(),
                 "policy/entropy": entropy.item(),
                 "policy/approxkl": float(pg.approxkl),
                 "policy/clipfrac": float(pg.clipfrac),
                 "policy/ratio_mean": float(pg.ratio_mean),
-                "policy/grad_norm": float(grad_norm),
                 "value/clipfrac": float(vf.clipfrac),
             }
+            step_metrics = cluster.sum({k: v * share / cluster.world for k, v in token_means.items()})
+            step_metrics["policy/grad_norm"] = float(grad_norm)
             for key, value in step_metrics.items():
                 totals[key] = totals.get(key, 0.0) + value
-            ratio_max = max(ratio_max, float(pg.ratio_max))
+            ratio_max = max(ratio_max, cluster.max(float(pg.ratio_max)))
             n += 1
-    return {key: value / n for key, value in totals.items()} | {"policy/ratio_max": ratio_max}
+    return {key: value / n for key, value in totals.items()} | {"policy/ratio_max": ratio_max,
+                                                                 "guard/skipped_updates": float(skipped)}
 
 
 def ppo_iteration(state: PPOState, prompts: list[str], generator: torch.Generator) -> tuple[Rollout, dict[str, float]]:
@@ -130,7 +149,8 @@ def ppo_iteration(state: PPOState, prompts: list[str], generator: torch.Generato
     update = ppo_update(state, rollout, adv, generator)
     timings["update"] = time.perf_counter() - start
     metrics = rollout_metrics(rollout, adv, kl_coef) | update
-    state.controller.update(metrics["kl/mean"], len(prompts))
+    if math.isfinite(metrics["kl/mean"]):  # a NaN would stay in an adaptive beta for good
+        state.controller.update(metrics["kl/mean"], len(prompts))
     metrics |= {
         "lr": state.optimizer.param_groups[0]["lr"],
         "time/rollout_s": timings["rollout"],
@@ -191,8 +211,10 @@ def build_ppo_state(config: PipelineConfig, policy_dir: Path, reward_dir: Path, 
 
 
 def load_ppo_state(config: PipelineConfig, run: RunDir, components: PPOComponents) -> PPOState:
-    """The PPO state of a pipeline run on the embedded world (its stage-1 and stage-2 models)."""
-    return build_ppo_state(config, run.stage1_lm, run.stage2_rm, ReviewsWorld(config.world).tokenizer(), components)
+    """The PPO state of a run: its stage-1 and stage-2 models, or the user's (`data.policy`,
+    `data.reward_model`), with the policy directory's tokenizer."""
+    policy = policy_dir(config, run)
+    return build_ppo_state(config, policy, reward_model_dir(config, run), load_tokenizer(policy), components)
 
 
 def run_ppo(
@@ -200,80 +222,159 @@ def run_ppo(
     run: RunDir,
     components: PPOComponents = PPOComponents(),
     show_progress: bool = True,
+    resume: bool = False,
+    cluster: Cluster = Cluster.single(),
 ) -> dict[str, dict[str, float]]:
     """Train, log `metrics/ppo.jsonl` and `samples/ppo.jsonl`, save the policy, and
-    compare the stage-1 model with the final policy on held-out prompts."""
+    compare the starting policy with the final one on held-out prompts.
+
+    A resumable checkpoint is written every `ppo.checkpoint_every` iterations, on SIGINT
+    or SIGTERM (then the run exits), and when the run stops early. With `resume`, the run
+    continues from RUN/checkpoints/ppo: lines logged after that checkpoint are dropped
+    and logged again, so the metrics file has every step once. Under torchrun only the
+    first process writes files; every process runs the same loop (distributed.py)."""
     cfg = config.ppo
-    world = ReviewsWorld(config.world)
     state = load_ppo_state(config, run, components)
-    eval_prompts = world.prompts(cfg.eval_prompts, derive_seed(config.seed, "eval-prompts"))
+    state.cluster, writer = cluster, cluster.is_main
+    show_progress = show_progress and writer
+    task = prompt_task(config, state.tokenizer, context_length(policy_dir(config, run), config))
     evaluate = lambda lm: evaluate_policy(  # noqa: E731
-        lm, state.reference, state.reward, world, state.tokenizer, eval_prompts,
+        lm, state.reference, state.reward, task.world, state.tokenizer, task.eval_prompts,
         cfg.response_length, cfg.temperature, torch_generator(config.seed, "eval-sampling"),
     )
-    before = evaluate(state.policy.lm)
     generator = torch_generator(config.seed, "ppo", "sampling")
-    logger = stage_logger(run, "ppo")
-    run.samples("ppo").unlink(missing_ok=True)
-    watch = LiveDoctor(config, state)
-    stopped = None
-    with progress_bar("stage 3 ppo", cfg.iterations, show_progress) as bar:
-        for step in range(cfg.iterations):
-            prompts = components.prompts(world, cfg.batch_size, derive_seed(config.seed, "ppo-prompts", str(step)))
+    checkpoint_dir = run.checkpoints / "ppo"
+    if resume and has_checkpoint(checkpoint_dir):
+        point = load_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller, generator)
+        records = read_jsonl(run.metrics("ppo"))[: point.metrics_lines]
+        cluster.barrier()  # every process has read the file before the first one cuts it
+        if writer:
+            truncate_lines(run.metrics("ppo"), point.metrics_lines)
+            truncate_lines(run.samples("ppo"), point.samples_lines)
+            console.print(f"resuming PPO at iteration {point.next_step} from {checkpoint_dir}")
+        before, first = point.before, point.next_step
+    else:
+        before, first, records = evaluate(state.policy.lm), 0, []
+        if writer:
+            run.samples("ppo").unlink(missing_ok=True)
+
+    def checkpoint(next_step: int) -> None:
+        if writer:
+            save_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller, generator,
+                            ResumePoint(next_step, count_lines(run.metrics("ppo")),
+                                        count_lines(run.samples("ppo")), before))
+
+    logger = stage_logger(run, "ppo", append=first > 0, writer=writer)
+    watch = LiveDoctor(config, state, records)
+    stopped, step = None, first - 1
+    with StopSignals() as signals, progress_bar("stage 3 ppo", cfg.iterations, show_progress, first) as bar:
+        for step in range(first, cfg.iterations):
+            prompts = components.prompts(task.train, cfg.batch_size, derive_seed(config.seed, "ppo-prompts", str(step)))
             rollout, metrics = ppo_iteration(state, prompts, generator)
-            gold = world.gold(rollout.prompts, rollout.responses)
-            metrics["reward/gold_mean"] = sum(gold) / len(gold)
+            gold = task.gold(rollout.prompts, rollout.responses) if task.gold is not None else None
+            if gold is not None:
+                metrics["reward/gold_mean"] = sum(gold) / len(gold)
             logger.log(step, metrics)
-            _log_samples(run, step, rollout, gold, cfg.samples_per_iteration)
-            bar.advance(info=f"proxy {metrics['reward/proxy_mean']:+.2f} gold {metrics['reward/gold_mean']:+.2f} kl {metrics['kl/mean']:.2f}")
+            if writer:
+                _log_samples(run, step, rollout, gold, cfg.samples_per_iteration)
+            bar.advance(info=f"proxy {metrics['reward/proxy_mean']:+.2f}"
+                             + (f" gold {metrics['reward/gold_mean']:+.2f}" if gold is not None else "")
+                             + f" kl {metrics['kl/mean']:.2f}")
             stopped = watch.observe(step, metrics)
+            if stopped is not None or signals.received or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
+                checkpoint(step + 1)
+            if signals.received:
+                logger.close()
+                raise Interrupted(signals.received, step + 1, checkpoint_dir)
             if stopped is not None:
-                watch.stop(run, stopped)
+                if writer:
+                    watch.stop(run, stopped)
                 break
     logger.close()
     after = evaluate(state.policy.lm)
-    state.policy.save(run.stage3_policy, state.tokenizer)
     summary = {"stage1": before, "policy": after}
     if stopped is not None:
         summary["stopped"] = {"step": step, "rule": stopped.rule, "title": stopped.title}
-    write_json(run.root / "metrics" / "eval.json", summary)
+    if writer:
+        state.policy.save(run.stage3_policy, state.tokenizer)
+        write_json(run.root / "metrics" / "eval.json", summary)
+    cluster.barrier()
     return summary
 
 
-class LiveDoctor:
-    """Runs the doctor's detectors on the metrics so far every `ppo.doctor_every` iterations;
-    returns the first finding whose rule is in `ppo.stop_on`."""
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived; the run saved a checkpoint after the current iteration."""
 
-    def __init__(self, config: PipelineConfig, state: PPOState) -> None:
+    def __init__(self, signum: int, next_step: int, checkpoint_dir: Path) -> None:
+        super().__init__(f"stopped by signal {signum} after iteration {next_step - 1}; checkpoint in "
+                         f"{checkpoint_dir}; continue with --resume")
+        self.signum = signum
+
+
+class StopSignals:
+    """While active, SIGINT and SIGTERM only set `received`: the loop finishes the
+    iteration, saves a checkpoint and exits, instead of dying mid-write."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signum
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+class LiveDoctor:
+    """Runs the doctor's detectors on the metrics so far every `ppo.doctor_every` iterations
+    and returns the first finding whose rule is in `ppo.stop_on`; and stops the run after
+    `ppo.max_nonfinite_iterations` iterations in a row with a skipped (non-finite) update."""
+
+    def __init__(self, config: PipelineConfig, state: PPOState, records: list[dict] | None = None) -> None:
         self.config, self.state = config, state
         self.stop_on = set(stop_rules(config.ppo))
-        self.records: list[dict] = []
+        self.records: list[dict] = list(records or [])
         self.last_diagnosis = None
 
     def observe(self, step: int, metrics: dict[str, float]):
         self.records.append({"step": step, **metrics})
+        limit = self.config.ppo.max_nonfinite_iterations
+        recent = self.records[-limit:]
+        if len(recent) == limit and all(r.get("guard/skipped_updates", 0) for r in recent):
+            return next(f for f in self._diagnose().findings if f.rule == "updates_skipped")
         if not self.stop_on or (step + 1) % self.config.ppo.doctor_every:
             return None
+        return next((f for f in self._diagnose().findings if f.rule in self.stop_on), None)
+
+    def _diagnose(self):
         table = MetricTable.from_records(self.records, source="live")
         table.meta["config"] = self.config
         limit = proxy_train_max(self.state.reward.model.config.to_dict())
         if limit is not None:
             table.meta["proxy_train_max"] = limit
         self.last_diagnosis = diagnose(table)
-        return next((f for f in self.last_diagnosis.findings if f.rule in self.stop_on), None)
+        return self.last_diagnosis
 
     def stop(self, run: RunDir, finding) -> None:
-        """Checkpoint the policy and write the diagnosis that stopped the run."""
+        """Save the policy as an HF directory and write the diagnosis that stopped the run."""
         self.last_diagnosis.source = str(run.root)
         self.state.policy.save(run.checkpoints / "stopped", self.state.tokenizer)
         write_diagnosis(self.last_diagnosis, run.diagnosis)
         console.print(f"[red]stopped at iteration {self.records[-1]['step']}:[/red] {finding.title} "
-                      f"(ppo.stop_on={finding.rule}); checkpoint in {run.checkpoints / 'stopped'}")
+                      f"(rule {finding.rule}); checkpoint in {run.checkpoints / 'stopped'}")
 
 
-def _log_samples(run: RunDir, step: int, rollout: Rollout, gold: list[float], n: int) -> None:
+def _log_samples(run: RunDir, step: int, rollout: Rollout, gold: list[float] | None, n: int) -> None:
     append_jsonl(run.samples("ppo"), [
         {"step": step, "prompt": rollout.prompts[i], "response": rollout.responses[i],
-         "proxy": float(rollout.proxy[i]), "gold": gold[i]}
+         "proxy": float(rollout.proxy[i])} | ({"gold": gold[i]} if gold is not None else {})
         for i in range(min(n, len(rollout.prompts)))
     ])

@@ -1,24 +1,31 @@
-"""Stage 1: train a tiny causal LM from scratch on the world's corpus (next-token
-cross-entropy over `<bos> review <eos>`), the policy the RL loop starts from and the
-frozen reference of the KL penalty."""
+"""Stage 1: the policy the RL loop starts from, and the frozen reference of the KL penalty.
+
+On the embedded world, a tiny causal LM trained from scratch on the world's corpus
+(next-token cross-entropy over `<bos> review <eos>`). With the user's model and SFT
+file (config `data.model`, `data.sft`), supervised fine-tuning of that model on
+`<bos> prompt completion <eos>` with the loss on the completion and EOS only
+(Ouyang et al. 2022 sec. 3.5; the prompt is context, not a target).
+"""
 
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from rlhflab.config import PipelineConfig, PretrainConfig
-from rlhflab.data.batching import decode_responses, encode_prompts, encode_texts
-from rlhflab.models.lm import build_tiny_lm, count_parameters
+from rlhflab.data.batching import decode_responses, encode_prompts, encode_sft
+from rlhflab.models.lm import build_tiny_lm, count_parameters, load_causal_lm
 from rlhflab.models.sampling import sample_responses
 from rlhflab.progress import progress_bar
-from rlhflab.runs import RunDir, stage_logger
+from rlhflab.runs import RunDir, atomic_dir, stage_logger
 from rlhflab.seeding import derive_seed, torch_generator
+from rlhflab.sources import context_length, sft_data, stage1_tokenizer
 from rlhflab.worlds.reviews import ReviewsWorld
 
 
@@ -31,10 +38,11 @@ class PretrainResult:
     seconds: float
 
 
-def lm_loss(model: torch.nn.Module, ids: Tensor, mask: Tensor) -> Tensor:
-    """Mean next-token cross-entropy over real target tokens. ids/mask: (B, L)"""
+def lm_loss(model: torch.nn.Module, ids: Tensor, mask: Tensor, loss_mask: Tensor) -> Tensor:
+    """Mean next-token cross-entropy over the target tokens in `loss_mask`.
+    ids/mask/loss_mask: (B, L); mask is True for real tokens, loss_mask for targets."""
     logits = model(input_ids=ids, attention_mask=mask.long(), use_cache=False).logits  # (B, L, V)
-    targets = ids[:, 1:].masked_fill(~mask[:, 1:], -100)
+    targets = ids[:, 1:].masked_fill(~loss_mask[:, 1:], -100)
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
 
 
@@ -52,7 +60,8 @@ def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        (decay if param.ndim >= 2 and "wte" not in name and "wpe" not in name else no_decay).append(param)
+        embedding = "wte" in name or "wpe" in name or "embed" in name  # GPT-2 and Llama spellings
+        (decay if param.ndim >= 2 and not embedding else no_decay).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
@@ -71,16 +80,22 @@ def grammatical_rate_of_samples(model, tokenizer, world: ReviewsWorld, n: int, m
 def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True) -> PretrainResult:
     cfg = config.pretrain
     start = time.perf_counter()
-    world = ReviewsWorld(config.world)
-    tokenizer = world.tokenizer()
-    world.save(run.world)
-    corpus = world.corpus(cfg.corpus_size, derive_seed(config.seed, "corpus"))
-    val = world.corpus(cfg.val_size, derive_seed(config.seed, "val-corpus"))
-    (run.world / "corpus_sample.txt").write_text("\n".join(corpus[:200]) + "\n", encoding="utf-8")
+    tokenizer = stage1_tokenizer(config)
+    init_dir = Path(config.data.model) if config.data.model else None
+    context = context_length(init_dir, config)
+    data = sft_data(config, tokenizer, context)
+    world = data.world
+    if world is not None:
+        world.save(run.world)
+        corpus_sample = [completion for _, completion in data.train[:200]]
+        (run.world / "corpus_sample.txt").write_text("\n".join(corpus_sample) + "\n", encoding="utf-8")
 
-    train_ids, train_mask = encode_texts(tokenizer, corpus, cfg.n_positions)
-    val_ids, val_mask = encode_texts(tokenizer, val, cfg.n_positions)
-    model = build_tiny_lm(tokenizer, cfg, derive_seed(config.seed, "lm-init"))
+    train_ids, train_mask, train_targets = encode_sft(tokenizer, data.train, context)
+    val_ids, val_mask, val_targets = encode_sft(tokenizer, data.val, context)
+    if init_dir is not None:
+        model = load_causal_lm(init_dir)
+    else:
+        model = build_tiny_lm(tokenizer, cfg, derive_seed(config.seed, "lm-init"))
     optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95))
     batches = torch_generator(config.seed, "pretrain", "batches")
     logger = stage_logger(run, "pretrain")
@@ -90,9 +105,9 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
             model.train()
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, cfg)
-            index = torch.randint(0, len(corpus), (cfg.batch_size,), generator=batches)
-            ids, mask = _trim(train_ids[index], train_mask[index])
-            loss = lm_loss(model, ids, mask)
+            index = torch.randint(0, len(train_ids), (cfg.batch_size,), generator=batches)
+            ids, mask, targets = _trim(train_ids[index], train_mask[index], train_targets[index])
+            loss = lm_loss(model, ids, mask, targets)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
@@ -100,33 +115,37 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
             train_loss = loss.item()
             metrics = {"lm/train_loss": train_loss, "lr": lr_at(step, cfg)}
             if (step + 1) % cfg.eval_every == 0 or step == cfg.steps - 1:
-                val_loss = _val_loss(model, val_ids, val_mask)
-                grammatical = grammatical_rate_of_samples(
-                    model, tokenizer, world, cfg.eval_samples, cfg.n_positions, derive_seed(config.seed, str(step))
-                )
-                metrics |= {"lm/val_loss": val_loss, "lm/grammatical_rate": grammatical}
+                val_loss = _val_loss(model, val_ids, val_mask, val_targets)
+                metrics["lm/val_loss"] = val_loss
+                if world is not None and tokenizer.bos_token_id is not None:
+                    grammatical = grammatical_rate_of_samples(
+                        model, tokenizer, world, cfg.eval_samples, min(cfg.n_positions, context),
+                        derive_seed(config.seed, str(step)),
+                    )
+                    metrics["lm/grammatical_rate"] = grammatical
             logger.log(step, metrics)
             bar.advance(info=f"loss {train_loss:.3f}")
     logger.close()
     model.eval()
-    model.save_pretrained(str(run.stage1_lm))
-    tokenizer.save_pretrained(str(run.stage1_lm))
+    with atomic_dir(run.stage1_lm) as out:
+        model.save_pretrained(str(out))
+        tokenizer.save_pretrained(str(out))
     return PretrainResult(count_parameters(model), train_loss, val_loss, grammatical, time.perf_counter() - start)
 
 
-def _trim(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+def _trim(ids: Tensor, mask: Tensor, targets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Drop padding columns that no row in the batch uses."""
     width = int(mask.sum(1).max())
-    return ids[:, :width], mask[:, :width]
+    return ids[:, :width], mask[:, :width], targets[:, :width]
 
 
 @torch.no_grad()
-def _val_loss(model, ids: Tensor, mask: Tensor, batch_size: int = 256) -> float:
+def _val_loss(model, ids: Tensor, mask: Tensor, targets: Tensor, batch_size: int = 256) -> float:
     model.eval()
     total, count = 0.0, 0
     for i in range(0, len(ids), batch_size):
-        b_ids, b_mask = _trim(ids[i : i + batch_size], mask[i : i + batch_size])
-        n = int(b_mask[:, 1:].sum())
-        total += float(lm_loss(model, b_ids, b_mask)) * n
+        b_ids, b_mask, b_targets = _trim(ids[i : i + batch_size], mask[i : i + batch_size], targets[i : i + batch_size])
+        n = int(b_targets[:, 1:].sum())
+        total += float(lm_loss(model, b_ids, b_mask, b_targets)) * n
         count += n
     return total / count

@@ -14,15 +14,18 @@ import torch
 from torch import Tensor
 
 from rlhflab.config import PipelineConfig
-from rlhflab.data.batching import decode_responses, encode_prompts, join_prompt_response
+from rlhflab.data.batching import decode_responses, encode_prompts, encode_responses, join_prompt_response
+from rlhflab.data.files import PreferenceRecord
+from rlhflab.distributed import Cluster
 from rlhflab.metrics.stats import pearson
 from rlhflab.models.bradley_terry import bt_loss
-from rlhflab.models.lm import load_causal_lm
+from rlhflab.models.lm import load_causal_lm, load_tokenizer
 from rlhflab.models.reward_model import reward_model_from_lm, score_sequences
 from rlhflab.models.sampling import sample_responses
 from rlhflab.progress import progress_bar
-from rlhflab.runs import RunDir, stage_logger
+from rlhflab.runs import RunDir, atomic_dir, stage_logger
 from rlhflab.seeding import derive_seed, py_rng, torch_generator
+from rlhflab.sources import context_length, preference_data, reward_base_dir
 from rlhflab.stages.pretrain import decay_groups
 from rlhflab.worlds.reviews import ReviewsWorld, SimulatedLabeler
 
@@ -38,7 +41,7 @@ class Comparisons:
 
     ids: Tensor  # (N, K, L) [prompt | response], mixed left/right padding
     mask: Tensor  # (N, K, L) True for real tokens
-    gold: Tensor  # (N, K) gold utility of each response
+    gold: Tensor | None  # (N, K) gold utility of each response; None for the user's pairs
     lengths: Tensor  # (N, K) response tokens
     pairs: Tensor  # (C, 2) long: the response indices (i, j), i < j, of each pair
     first_preferred: Tensor  # (N, C) bool: the labeler preferred response pairs[c, 0]
@@ -51,8 +54,9 @@ class Comparisons:
         return self.first_preferred.numel()
 
     def select(self, index: Tensor) -> "Comparisons":
-        return Comparisons(self.ids[index], self.mask[index], self.gold[index], self.lengths[index],
-                           self.pairs, self.first_preferred[index])
+        gold = self.gold[index] if self.gold is not None else None
+        return Comparisons(self.ids[index], self.mask[index], gold, self.lengths[index], self.pairs,
+                           self.first_preferred[index])
 
 
 def pair_scores(scores: Tensor, pairs: Tensor, first_preferred: Tensor) -> tuple[Tensor, Tensor]:
@@ -133,19 +137,36 @@ def group_scores(model, c: Comparisons, score_fn=score_sequences) -> Tensor:
 
 
 @torch.no_grad()
-def evaluate_reward_model(model, val: Comparisons, gold: Comparisons, score_fn=score_sequences) -> dict[str, float]:
-    """Held-out label accuracy, agreement with gold on fresh pairs, and score-length correlation."""
-    chosen, rejected = pair_scores(group_scores(model, val, score_fn), val.pairs, val.first_preferred)
+def evaluate_reward_model(model, val: Comparisons, gold: Comparisons | None,
+                          score_fn=score_sequences) -> dict[str, float]:
+    """Held-out label accuracy, agreement with gold on fresh pairs (when a gold exists), and
+    score-length correlation (on the gold pairs, else on the held-out pairs)."""
+    val_scores = group_scores(model, val, score_fn)
+    chosen, rejected = pair_scores(val_scores, val.pairs, val.first_preferred)
+    metrics = {"rm/val_acc": float((chosen > rejected).float().mean())}
+    if gold is None or gold.gold is None:
+        return metrics | {"rm/length_corr": pearson(val_scores.flatten(), val.lengths.flatten().float())}
     scores = group_scores(model, gold, score_fn)
     first, second = scores[:, gold.pairs[:, 0]], scores[:, gold.pairs[:, 1]]
     g_first, g_second = gold.gold[:, gold.pairs[:, 0]], gold.gold[:, gold.pairs[:, 1]]
     decided = g_first != g_second
     agree = (first > second) == (g_first > g_second)
-    return {
-        "rm/val_acc": float((chosen > rejected).float().mean()),
+    return metrics | {
         "rm/gold_agreement": float(agree[decided].float().mean()),
         "rm/length_corr": pearson(scores.flatten(), gold.lengths.flatten().float()),
     }
+
+
+def comparisons_from_pairs(tokenizer, records: list[PreferenceRecord]) -> Comparisons:
+    """The user's (prompt, chosen, rejected) pairs as K = 2 comparisons, chosen first."""
+    prompts = [r.prompt for r in records for _ in range(2)]
+    responses = [text for r in records for text in (r.chosen, r.rejected)]
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts)
+    response_ids, response_mask = encode_responses(tokenizer, responses)
+    ids, mask = join_prompt_response(prompt_ids, prompt_mask, response_ids, response_mask)
+    N = len(records)
+    return Comparisons(ids.view(N, 2, -1), mask.view(N, 2, -1), None, response_mask.sum(1).view(N, 2),
+                       torch.tensor([[0, 1]]), torch.ones((N, 1), dtype=torch.bool))
 
 
 def prompts_for(comparisons: int, responses_per_prompt: int) -> int:
@@ -154,13 +175,11 @@ def prompts_for(comparisons: int, responses_per_prompt: int) -> int:
     return math.ceil(comparisons / per_prompt)
 
 
-def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True) -> RewardResult:
-    """Train and save the reward model, whose score is read at the last real token."""
+def world_comparisons(config: PipelineConfig, run: RunDir, tokenizer) -> tuple[Comparisons, Comparisons, Comparisons]:
+    """(train, held-out, gold) comparisons of stage-1 samples labelled by the world's labeler."""
     cfg = config.reward
     K = cfg.responses_per_prompt
-    start = time.perf_counter()
     world = ReviewsWorld(config.world)
-    tokenizer = world.tokenizer()
     policy = load_causal_lm(run.stage1_lm)
     sampling = torch_generator(config.seed, "reward", "samples")
     n_train, n_val = prompts_for(cfg.pairs, K), prompts_for(cfg.val_pairs, K)
@@ -172,17 +191,35 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True) 
         policy, tokenizer, world, world.prompts(prompts_for(cfg.gold_pairs, K), derive_seed(config.seed, "rm-gold-prompts")),
         K, cfg.response_length, cfg.sample_temperature, derive_seed(config.seed, "rm-gold-labels"), sampling,
     )
-    train, val = labelled.select(torch.arange(n_train)), labelled.select(torch.arange(n_train, n_train + n_val))
-    del policy
+    return labelled.select(torch.arange(n_train)), labelled.select(torch.arange(n_train, n_train + n_val)), gold
+
+
+def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
+               cluster: Cluster = Cluster.single()) -> RewardResult:
+    """Train and save the reward model, whose score is read at the last real token: on the
+    user's preference file (`data.preferences`), else on labelled stage-1 samples. Under
+    torchrun each process takes its share of every batch's prompts (distributed.py) and
+    only the first writes files."""
+    cfg = config.reward
+    start = time.perf_counter()
+    base = reward_base_dir(config, run)
+    tokenizer = load_tokenizer(base)
+    if config.data.preferences:
+        train_pairs, val_pairs = preference_data(config, tokenizer, context_length(base, config))
+        train, val, gold = comparisons_from_pairs(tokenizer, train_pairs), comparisons_from_pairs(tokenizer, val_pairs), None
+    else:
+        train, val, gold = world_comparisons(config, run, tokenizer)
+    K = train.ids.shape[1]
 
     torch.manual_seed(derive_seed(config.seed, "rm-init"))
-    model = reward_model_from_lm(run.stage1_lm)
+    model = reward_model_from_lm(base)
     optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     warmup = max(1, total // 20)
     order = torch_generator(config.seed, "reward", "order")
-    logger = stage_logger(run, "reward")
+    logger = stage_logger(run, "reward", writer=cluster.is_main)
+    show_progress = show_progress and cluster.is_main
     step, loss_value, acc_value, evaluation = 0, math.nan, math.nan, {}
     with progress_bar("stage 2 reward", total, show_progress) as bar:
         for epoch in range(cfg.epochs):
@@ -192,17 +229,22 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True) 
                 lr = cfg.lr * min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                batch = train.select(permutation[i * cfg.batch_size : (i + 1) * cfg.batch_size])
+                rows = permutation[i * cfg.batch_size : (i + 1) * cfg.batch_size]
+                batch = train.select(cluster.shard(rows))
                 N, _, L = batch.ids.shape
+                # Every prompt has the same pairs, so a process's share of the pairs is its share of the rows.
+                share = N / len(rows)
                 width = int(batch.mask.view(N * K, L).any(0).nonzero().max()) + 1
                 scores = score_sequences(model, batch.ids.view(N * K, L)[:, :width], batch.mask.view(N * K, L)[:, :width])
                 chosen, rejected = pair_scores(scores.view(N, K), batch.pairs, batch.first_preferred)
                 loss, accuracy = bt_loss(chosen, rejected)
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                (loss * share).backward()
+                cluster.sum_gradients(model.parameters())
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
                 optimizer.step()
-                loss_value, acc_value = loss.item(), accuracy.item()
+                summed = cluster.sum({"loss": loss.item() * share, "acc": accuracy.item() * share})
+                loss_value, acc_value = summed["loss"], summed["acc"]
                 metrics = {"rm/train_loss": loss_value, "rm/train_acc": acc_value, "lr": lr}
                 if i == steps_per_epoch - 1:
                     evaluation = evaluate_reward_model(model, val, gold)
@@ -219,10 +261,13 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True) 
     model.config.reward_min = float(train_scores.min())
     model.config.reward_max = float(train_scores.max())
     model.eval()
-    model.save_pretrained(str(run.stage2_rm))
-    tokenizer.save_pretrained(str(run.stage2_rm))
+    if cluster.is_main:
+        with atomic_dir(run.stage2_rm) as out:
+            model.save_pretrained(str(out))
+            tokenizer.save_pretrained(str(out))
+    cluster.barrier()  # the other processes read stage2_rm next
     return RewardResult(
-        loss_value, acc_value, evaluation["rm/val_acc"], evaluation["rm/gold_agreement"],
+        loss_value, acc_value, evaluation["rm/val_acc"], evaluation.get("rm/gold_agreement", math.nan),
         evaluation["rm/length_corr"], model.config.reward_mean, model.config.reward_std,
         time.perf_counter() - start,
     )

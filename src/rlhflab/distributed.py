@@ -1,0 +1,82 @@
+"""Data parallelism over processes started by `torchrun` (torch.distributed with gloo:
+models live on the CPU), in the plainest form that gives the single-process result.
+
+Every process holds the whole model and the whole batch: rollouts, reference and reward
+scores and advantages are computed identically everywhere (same seeds), and only the
+gradient work is split: each process takes its share of a minibatch's rows, and the
+gradients are summed across processes before the optimiser step. A loss that is a mean
+over a minibatch's tokens is weighted so the sum over processes is that same mean, so
+`W` processes at a global batch `B` follow one process at `B` up to floating-point
+reassociation. Generation is not sharded (it is repeated on every process): a
+deliberate trade of speed for exact agreement, documented in the README.
+
+Outside torchrun, `Cluster.single()` is a no-op: the single-process code path is the
+same code with one shard.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Cluster:
+    rank: int
+    world: int
+
+    @staticmethod
+    def single() -> "Cluster":
+        return Cluster(0, 1)
+
+    @staticmethod
+    def from_environment() -> "Cluster":
+        """Join the process group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR, ...);
+        a single process when those are not set."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world == 1:
+            return Cluster.single()
+        if not dist.is_initialized():
+            dist.init_process_group("gloo")
+        return Cluster(dist.get_rank(), dist.get_world_size())
+
+    @property
+    def is_main(self) -> bool:
+        """The process that writes files (metrics, checkpoints, models)."""
+        return self.rank == 0
+
+    def shard(self, rows: Tensor) -> Tensor:
+        """This process's contiguous share of `rows` (an index tensor); sizes differ by at most one."""
+        return rows.tensor_split(self.world)[self.rank]
+
+    def sum_gradients(self, parameters) -> None:
+        """Sum every gradient over processes (each process's loss carries its weight)."""
+        if self.world == 1:
+            return
+        for p in parameters:
+            if p.grad is not None:
+                dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+
+    def sum(self, values: dict[str, float]) -> dict[str, float]:
+        """Each value summed over processes."""
+        if self.world == 1:
+            return values
+        keys = sorted(values)
+        packed = torch.tensor([values[k] for k in keys], dtype=torch.float64)
+        dist.all_reduce(packed, op=dist.ReduceOp.SUM)
+        return dict(zip(keys, packed.tolist()))
+
+    def max(self, value: float) -> float:
+        if self.world == 1:
+            return value
+        packed = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(packed, op=dist.ReduceOp.MAX)
+        return float(packed)
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()

@@ -1,0 +1,41 @@
+"""Stages 2 and 3 under `torchrun --nproc_per_node=2` (gloo on CPU) follow one process at
+the same global batch, up to floating-point reassociation of the summed gradients."""
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rlhflab.runs import read_jsonl
+
+COMPARED = ("rm/train_loss", "rm/train_acc", "rm/val_acc", "reward/proxy_mean", "kl/mean", "policy/loss",
+            "value/loss", "policy/entropy", "policy/clipfrac", "policy/approxkl", "policy/grad_norm")
+
+
+def test_two_processes_match_one_on_the_smoke_preset(smoke_run, tmp_path):
+    run = tmp_path / "ddp"
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "-m", "rlhflab.cli", "pipeline", "--preset", "smoke", "--out", str(run), "--quiet"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for stage in ("reward", "ppo"):
+        one = read_jsonl(smoke_run.metrics(stage))
+        two = read_jsonl(run / "metrics" / f"{stage}.jsonl")
+        assert [r["step"] for r in one] == [r["step"] for r in two]
+        for i, (a, b) in enumerate(zip(one, two)):
+            # Summing two half-minibatch gradients reassociates float additions: the first
+            # steps agree to ~1e-5, and Adam steps amplify the difference slowly (measured:
+            # continuous metrics within 3e-3 relative by PPO step 12 of the smoke preset).
+            # Fractions of tokens (clipfrac) move in steps of 1/tokens when one token crosses
+            # the clip boundary, so they get an absolute tolerance of a few tokens.
+            rel_tol = 1e-4 if stage == "reward" or i < 2 else 1e-2
+            for key in COMPARED:
+                if key in a:
+                    abs_tol = 2e-2 if key.endswith("clipfrac") and i >= 2 else 1e-5
+                    assert math.isclose(a[key], b[key], rel_tol=rel_tol, abs_tol=abs_tol), (stage, a["step"], key,
+                                                                                             a[key], b[key])
+    # Files are written once, by the first process.
+    assert (run / "stage3_policy" / "model.safetensors").is_file() and (run / "diagnosis.json").is_file()
