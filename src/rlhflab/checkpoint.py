@@ -44,7 +44,7 @@ class ResumePoint:
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict]]:
     """Per-parameter state as flat tensors, and the param groups' hyper-parameters."""
     state = optimizer.state_dict()
-    tensors = {f"{index}.{name}": value.contiguous() for index, slots in state["state"].items()
+    tensors = {f"{index}.{name}": value.detach().cpu().contiguous() for index, slots in state["state"].items()
                for name, value in slots.items() if torch.is_tensor(value)}
     return tensors, state["param_groups"]
 

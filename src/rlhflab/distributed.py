@@ -1,5 +1,6 @@
-"""Data parallelism over processes started by `torchrun` (torch.distributed with gloo:
-models live on the CPU), in the plainest form that gives the single-process result.
+"""Devices and data parallelism over processes started by `torchrun` (torch.distributed:
+NCCL with one CUDA device per process when CUDA is present, gloo on CPU), in the
+plainest form that gives the single-process result.
 
 Every process holds the whole model and the whole batch: rollouts, reference and reward
 scores and advantages are computed identically everywhere (same seeds), and only the
@@ -11,7 +12,8 @@ reassociation. Generation is not sharded (it is repeated on every process): a
 deliberate trade of speed for exact agreement, documented in the README.
 
 Outside torchrun, `Cluster.single()` is a no-op: the single-process code path is the
-same code with one shard.
+same code with one shard. Random numbers are drawn on the CPU on every device, so a
+seed gives the same samples on CPU and CUDA up to the precision of the probabilities.
 """
 
 from __future__ import annotations
@@ -22,6 +24,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import Tensor
+
+
+def default_device() -> torch.device:
+    """Where this process's models and batches live: its CUDA device, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -40,9 +49,15 @@ class Cluster:
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world == 1:
             return Cluster.single()
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         if not dist.is_initialized():
-            dist.init_process_group("gloo")
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         return Cluster(dist.get_rank(), dist.get_world_size())
+
+    @property
+    def device(self) -> torch.device:
+        return default_device()
 
     @property
     def is_main(self) -> bool:
@@ -66,14 +81,14 @@ class Cluster:
         if self.world == 1:
             return values
         keys = sorted(values)
-        packed = torch.tensor([values[k] for k in keys], dtype=torch.float64)
+        packed = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=self.device)
         dist.all_reduce(packed, op=dist.ReduceOp.SUM)
         return dict(zip(keys, packed.tolist()))
 
     def max(self, value: float) -> float:
         if self.world == 1:
             return value
-        packed = torch.tensor([value], dtype=torch.float64)
+        packed = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(packed, op=dist.ReduceOp.MAX)
         return float(packed)
 

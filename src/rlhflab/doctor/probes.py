@@ -18,6 +18,7 @@ from rlhflab.config import PipelineConfig
 from rlhflab.data.batching import encode_prompts, encode_responses, join_prompt_response
 from rlhflab.data.files import PreferenceRecord
 from rlhflab.data.prompt_pool import PromptSource
+from rlhflab.distributed import default_device
 from rlhflab.doctor.findings import Component
 from rlhflab.models.forward import response_logprobs
 from rlhflab.ppo import losses
@@ -152,7 +153,7 @@ def probe_mask_covers_response(ctx: ProbeContext) -> ProbeResult:
     for ids, mask in zip(rollout.response_ids, rollout.mask):
         hits = (ids == eos).nonzero().flatten()
         end = int(hits[0]) + 1 if len(hits) else len(ids)
-        expected = torch.arange(len(ids)) < end
+        expected = torch.arange(len(ids), device=ids.device) < end
         wrong += int((expected != mask).sum())
     return _result("mask_covers_response_through_eos", "advantages_values", wrong, 0,
                    "response positions where the loss mask differs from 'up to and including the first EOS'")
@@ -161,8 +162,8 @@ def probe_mask_covers_response(ctx: ProbeContext) -> ProbeResult:
 def probe_gae_matches_naive_loop(ctx: ProbeContext) -> ProbeResult:
     rollout = ctx.rollout()
     g = torch.Generator().manual_seed(0)
-    rewards = torch.randn(rollout.mask.shape, generator=g) * rollout.mask
-    values = torch.randn(rollout.mask.shape, generator=g) * rollout.mask
+    rewards = torch.randn(rollout.mask.shape, generator=g).to(rollout.mask.device) * rollout.mask
+    values = torch.randn(rollout.mask.shape, generator=g).to(rollout.mask.device) * rollout.mask
     gamma, lam = ctx.config.ppo.gamma, ctx.config.ppo.lam
     advantages, _ = ctx.state.components.gae(rewards, values, rollout.mask, gamma, lam)
     worst = 0.0
@@ -213,8 +214,10 @@ def _pair_accuracy(ctx: ProbeContext, batch_size: int = 64) -> tuple[float, floa
     responses = [p.chosen for p in ctx.pairs] + [p.rejected for p in ctx.pairs]
     scores, lengths = [], []
     for start in range(0, len(prompts), batch_size):
-        prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts[start : start + batch_size])
-        response_ids, response_mask = encode_responses(tokenizer, responses[start : start + batch_size])
+        device = next(rm.parameters()).device
+        prompt_ids, prompt_mask = (t.to(device) for t in encode_prompts(tokenizer, prompts[start : start + batch_size]))
+        response_ids, response_mask = (t.to(device) for t in
+                                       encode_responses(tokenizer, responses[start : start + batch_size]))
         ids, mask = join_prompt_response(prompt_ids, prompt_mask, response_ids, response_mask)
         scores.append(score_fn(rm, ids, mask))
         lengths.append(response_mask.sum(1).float())
@@ -273,7 +276,7 @@ def run_checkup(config: PipelineConfig, run: RunDir, components: PPOComponents =
     """Every probe on a run's models (its stages, or the user's `data.policy` and
     `data.reward_model`) and prompts; writes RUN/checkup.json. The reward model is tested
     on the held-out share of `data.preferences`, or on fresh labelled world samples."""
-    state = load_ppo_state(config, run, components)
+    state = load_ppo_state(config, run, components, default_device())
     context = context_length(policy_dir(config, run), config)
     task = prompt_task(config, state.tokenizer, context)
     prompts = task.train.prompts(config.ppo.batch_size, derive_seed(config.seed, "checkup-prompts"))

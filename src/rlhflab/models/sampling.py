@@ -46,7 +46,8 @@ def sample_responses(
     next_position = positions[:, -1:] + 1
     for step in range(max_new_tokens):
         log_p = torch.log_softmax(logits.float() / temperature, dim=-1)
-        token = torch.multinomial(log_p.exp(), 1, generator=generator).squeeze(-1)  # (B,)
+        # Drawn on the CPU generator whatever the device, so a seed means the same stream everywhere.
+        token = torch.multinomial(log_p.exp().cpu(), 1, generator=generator).squeeze(-1).to(log_p.device)  # (B,)
         token = torch.where(finished, torch.full_like(token, pad_id), token)
         real.append(~finished)
         logprobs.append(torch.where(finished, 0.0, log_p.gather(-1, token[:, None]).squeeze(-1)))

@@ -21,7 +21,7 @@ def evaluate_policy(
     gold, proxy, kl, lengths, eos, texts = [], [], [], [], [], []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
-        prompt_ids, prompt_mask = encode_prompts(tokenizer, chunk)
+        prompt_ids, prompt_mask = (t.to(next(lm.parameters()).device) for t in encode_prompts(tokenizer, chunk))
         s = sample_responses(lm, prompt_ids, prompt_mask, response_length, temperature,
                              tokenizer.eos_token_id, tokenizer.pad_token_id, generator)
         ids, mask = join_prompt_response(prompt_ids, prompt_mask, s.response_ids, s.mask)

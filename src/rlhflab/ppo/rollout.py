@@ -101,7 +101,8 @@ def make_rollout(
     timings = {} if timings is None else timings
     start = time.perf_counter()
     policy.eval()
-    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts)
+    device = next(policy.parameters()).device
+    prompt_ids, prompt_mask = (t.to(device) for t in encode_prompts(tokenizer, prompts))
     samples = c.sample(
         policy.lm, prompt_ids, prompt_mask, response_length, temperature,
         tokenizer.eos_token_id, tokenizer.pad_token_id, generator,

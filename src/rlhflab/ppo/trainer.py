@@ -195,14 +195,14 @@ def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[s
 
 
 def build_ppo_state(config: PipelineConfig, policy_dir: Path, reward_dir: Path, tokenizer,
-                    components: PPOComponents) -> PPOState:
+                    components: PPOComponents, device: torch.device = torch.device("cpu")) -> PPOState:
     """Policy (with a fresh value head) and reference from `policy_dir`, the frozen reward
     model from `reward_dir`, and the optimiser and KL controller from the config."""
     cfg = config.ppo
     torch.manual_seed(derive_seed(config.seed, "ppo-init"))
-    policy = PolicyWithValue(load_causal_lm(policy_dir))
-    reference = components.make_reference(policy_dir, policy.lm)
-    reward_model = load_reward_model(reward_dir).eval().requires_grad_(False)
+    policy = PolicyWithValue(load_causal_lm(policy_dir)).to(device)
+    reference = components.make_reference(policy_dir, policy.lm).to(device)
+    reward_model = load_reward_model(reward_dir).eval().requires_grad_(False).to(device)
     mean, std = reward_normalizer(reward_model)
     reward = RewardFunction(reward_model, mean, std, cfg.normalize_reward, cfg.missing_eos_penalty,
                             components.score, components.reward_transform)
@@ -210,11 +210,12 @@ def build_ppo_state(config: PipelineConfig, policy_dir: Path, reward_dir: Path, 
     return PPOState(cfg, policy, reference, reward, tokenizer, optimizer, components.make_kl_controller(cfg), components)
 
 
-def load_ppo_state(config: PipelineConfig, run: RunDir, components: PPOComponents) -> PPOState:
+def load_ppo_state(config: PipelineConfig, run: RunDir, components: PPOComponents,
+                   device: torch.device = torch.device("cpu")) -> PPOState:
     """The PPO state of a run: its stage-1 and stage-2 models, or the user's (`data.policy`,
     `data.reward_model`), with the policy directory's tokenizer."""
     policy = policy_dir(config, run)
-    return build_ppo_state(config, policy, reward_model_dir(config, run), load_tokenizer(policy), components)
+    return build_ppo_state(config, policy, reward_model_dir(config, run), load_tokenizer(policy), components, device)
 
 
 def run_ppo(
@@ -234,7 +235,7 @@ def run_ppo(
     and logged again, so the metrics file has every step once. Under torchrun only the
     first process writes files; every process runs the same loop (distributed.py)."""
     cfg = config.ppo
-    state = load_ppo_state(config, run, components)
+    state = load_ppo_state(config, run, components, cluster.device)
     state.cluster, writer = cluster, cluster.is_main
     show_progress = show_progress and writer
     task = prompt_task(config, state.tokenizer, context_length(policy_dir(config, run), config))

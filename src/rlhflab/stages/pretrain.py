@@ -20,6 +20,7 @@ from torch import Tensor
 
 from rlhflab.config import PipelineConfig, PretrainConfig
 from rlhflab.data.batching import decode_responses, encode_prompts, encode_sft
+from rlhflab.distributed import default_device
 from rlhflab.models.lm import build_tiny_lm, count_parameters, load_causal_lm
 from rlhflab.models.sampling import sample_responses
 from rlhflab.progress import progress_bar
@@ -69,7 +70,7 @@ def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 def grammatical_rate_of_samples(model, tokenizer, world: ReviewsWorld, n: int, max_len: int, seed: int) -> float:
     """Sample `n` reviews from `<bos>` and return the fraction of their sentences that parse."""
     model.eval()
-    ids, mask = encode_prompts(tokenizer, [""] * n)
+    ids, mask = (t.to(next(model.parameters()).device) for t in encode_prompts(tokenizer, [""] * n))
     samples = sample_responses(
         model, ids, mask, max_len - 1, 1.0, tokenizer.eos_token_id, tokenizer.pad_token_id,
         torch_generator(seed, "pretrain", "grammar-samples"),
@@ -96,6 +97,8 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
         model = load_causal_lm(init_dir)
     else:
         model = build_tiny_lm(tokenizer, cfg, derive_seed(config.seed, "lm-init"))
+    device = default_device()
+    model.to(device)
     optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95))
     batches = torch_generator(config.seed, "pretrain", "batches")
     logger = stage_logger(run, "pretrain")
@@ -106,7 +109,7 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, cfg)
             index = torch.randint(0, len(train_ids), (cfg.batch_size,), generator=batches)
-            ids, mask, targets = _trim(train_ids[index], train_mask[index], train_targets[index])
+            ids, mask, targets = (t.to(device) for t in _trim(train_ids[index], train_mask[index], train_targets[index]))
             loss = lm_loss(model, ids, mask, targets)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -144,7 +147,8 @@ def _val_loss(model, ids: Tensor, mask: Tensor, targets: Tensor, batch_size: int
     model.eval()
     total, count = 0.0, 0
     for i in range(0, len(ids), batch_size):
-        b_ids, b_mask, b_targets = _trim(ids[i : i + batch_size], mask[i : i + batch_size], targets[i : i + batch_size])
+        b_ids, b_mask, b_targets = (t.to(next(model.parameters()).device) for t in
+                                    _trim(ids[i : i + batch_size], mask[i : i + batch_size], targets[i : i + batch_size]))
         n = int(b_targets[:, 1:].sum())
         total += float(lm_loss(model, b_ids, b_mask, b_targets)) * n
         count += n

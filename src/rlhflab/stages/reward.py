@@ -94,14 +94,15 @@ def sample_comparisons(
     rows, texts, lengths = [], [], []
     for start in range(0, len(repeated), batch_size):
         chunk = repeated[start : start + batch_size]
-        prompt_ids, prompt_mask = encode_prompts(tokenizer, chunk)
+        prompt_ids, prompt_mask = (t.to(next(policy.parameters()).device) for t in encode_prompts(tokenizer, chunk))
         s = sample_responses(
             policy, prompt_ids, prompt_mask, response_length, temperature,
             tokenizer.eos_token_id, tokenizer.pad_token_id, generator,
         )
-        rows.append(join_prompt_response(prompt_ids, prompt_mask, s.response_ids, s.mask))
+        # Comparisons are kept on the CPU; training moves each batch to the model's device.
+        rows.append(tuple(t.cpu() for t in join_prompt_response(prompt_ids, prompt_mask, s.response_ids, s.mask)))
         texts += decode_responses(tokenizer, s.response_ids, s.mask)
-        lengths.append(s.mask.sum(1))
+        lengths.append(s.mask.sum(1).cpu())
     width = max(ids.shape[1] for ids, _ in rows)
     ids = torch.cat([_pad_right(i, width, tokenizer.pad_token_id) for i, _ in rows])
     mask = torch.cat([_pad_right(m, width, False) for _, m in rows])
@@ -125,8 +126,10 @@ def _pad_right(x: Tensor, width: int, value) -> Tensor:
 
 @torch.no_grad()
 def score_all(model, ids: Tensor, mask: Tensor, score_fn=score_sequences, batch_size: int = 512) -> Tensor:
+    """Scores of every row, in batches on the model's device, returned on the CPU. (N,)"""
     model.eval()
-    return torch.cat([score_fn(model, ids[i : i + batch_size], mask[i : i + batch_size])
+    device = next(model.parameters()).device
+    return torch.cat([score_fn(model, ids[i : i + batch_size].to(device), mask[i : i + batch_size].to(device)).cpu()
                       for i in range(0, len(ids), batch_size)])
 
 
@@ -175,12 +178,13 @@ def prompts_for(comparisons: int, responses_per_prompt: int) -> int:
     return math.ceil(comparisons / per_prompt)
 
 
-def world_comparisons(config: PipelineConfig, run: RunDir, tokenizer) -> tuple[Comparisons, Comparisons, Comparisons]:
+def world_comparisons(config: PipelineConfig, run: RunDir, tokenizer,
+                      device: torch.device) -> tuple[Comparisons, Comparisons, Comparisons]:
     """(train, held-out, gold) comparisons of stage-1 samples labelled by the world's labeler."""
     cfg = config.reward
     K = cfg.responses_per_prompt
     world = ReviewsWorld(config.world)
-    policy = load_causal_lm(run.stage1_lm)
+    policy = load_causal_lm(run.stage1_lm).to(device)
     sampling = torch_generator(config.seed, "reward", "samples")
     n_train, n_val = prompts_for(cfg.pairs, K), prompts_for(cfg.val_pairs, K)
     labelled = sample_comparisons(
@@ -208,11 +212,11 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
         train_pairs, val_pairs = preference_data(config, tokenizer, context_length(base, config))
         train, val, gold = comparisons_from_pairs(tokenizer, train_pairs), comparisons_from_pairs(tokenizer, val_pairs), None
     else:
-        train, val, gold = world_comparisons(config, run, tokenizer)
+        train, val, gold = world_comparisons(config, run, tokenizer, cluster.device)
     K = train.ids.shape[1]
 
     torch.manual_seed(derive_seed(config.seed, "rm-init"))
-    model = reward_model_from_lm(base)
+    model = reward_model_from_lm(base).to(cluster.device)
     optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
@@ -235,8 +239,10 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
                 # Every prompt has the same pairs, so a process's share of the pairs is its share of the rows.
                 share = N / len(rows)
                 width = int(batch.mask.view(N * K, L).any(0).nonzero().max()) + 1
-                scores = score_sequences(model, batch.ids.view(N * K, L)[:, :width], batch.mask.view(N * K, L)[:, :width])
-                chosen, rejected = pair_scores(scores.view(N, K), batch.pairs, batch.first_preferred)
+                ids = batch.ids.view(N * K, L)[:, :width].to(cluster.device)
+                scores = score_sequences(model, ids, batch.mask.view(N * K, L)[:, :width].to(cluster.device))
+                chosen, rejected = pair_scores(scores.view(N, K), batch.pairs.to(cluster.device),
+                                               batch.first_preferred.to(cluster.device))
                 loss, accuracy = bt_loss(chosen, rejected)
                 optimizer.zero_grad(set_to_none=True)
                 (loss * share).backward()
