@@ -7,7 +7,10 @@ STAMP := $(VENV)/.installed
 # nothing after it may pull another (CUDA) build.
 TORCH := torch==2.13.0
 
-.PHONY: install demo test test-all bench clean
+TRL_VENV := .venv-trl
+TRL_STAMP := $(TRL_VENV)/.installed
+
+.PHONY: install demo test test-all bench bench-trl clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +30,20 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m ''
 
-bench: $(STAMP)
+# TRL's PPO in a venv of its own (its pins must not touch rlhflab's), torch first as above.
+$(TRL_STAMP): bench/trl-requirements.txt
+	$(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/pip install --quiet $(TORCH)
+	$(TRL_VENV)/bin/pip install --quiet -r bench/trl-requirements.txt
+	touch $(TRL_STAMP)
+
+bench-trl: $(STAMP) $(TRL_STAMP)
+	$(PY) bench/compare_trl.py --repeats 3 --iterations 3
+
+bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/pipeline_targets.py --seeds 0 1 2
+	$(PY) bench/compare_trl.py --repeats 3 --iterations 3
+	$(PY) bench/scaling.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(TRL_VENV) runs .pytest_cache
