@@ -30,6 +30,7 @@ OverridesArgument = typer.Argument(None, help="Dotted overrides, e.g. ppo.kl_coe
 
 FaultOption = typer.Option(None, "--fault", help="Inject a named fault from the zoo (rlhflab faults list).")
 ResumeOption = typer.Option(None, "--resume", help="Continue this run from its last checkpoint, with its config.")
+SkipInvalidOption = typer.Option(False, "--skip-invalid", help="Skip invalid data records and report their lines.")
 
 
 def _config(preset: str, config_file: Optional[Path], overrides: Optional[list[str]],
@@ -98,7 +99,7 @@ def _stage_config(run: Path, preset: str, config_file: Optional[Path], overrides
     return _config(preset, config_file, overrides, fault, base)
 
 
-def config_for_run_has(run, key: str) -> bool:
+def _run_sets_data(run, key: str) -> bool:
     """Whether an existing run's config sets `data.<key>` (its own model directory)."""
     if not run.config.is_file():
         return False
@@ -112,9 +113,6 @@ def _require(path: Path, what: str) -> None:
     if not path.is_dir():
         console.print(f"[red]error:[/red] {path} not found: run `rlhflab {what}` into this run directory first")
         raise typer.Exit(2)
-
-
-SkipInvalidOption = typer.Option(False, "--skip-invalid", help="Skip invalid data records and report their lines.")
 
 
 def _resume_config(run: Path, overrides, config_file, fault) -> PipelineConfig:
@@ -235,9 +233,9 @@ def ppo(
         console.print("[red]error:[/red] give --out RUN (or --resume RUN)")
         raise typer.Exit(2)
     run = RunDir(out)
-    if policy is None and not config_for_run_has(run, "policy"):
+    if policy is None and not _run_sets_data(run, "policy"):
         _require(run.stage1_lm, "pretrain")
-    if reward_model is None and not config_for_run_has(run, "reward_model"):
+    if reward_model is None and not _run_sets_data(run, "reward_model"):
         _require(run.stage2_rm, "reward")
     if resume is None:
         config = _stage_config(out, preset, config_file, [*(overrides or []), *data], fault)
@@ -376,7 +374,7 @@ def checkup(
     pairs: Optional[Path] = typer.Option(None, "--pairs", help="Preference pairs; the RM is tested on their "
                                          "held-out share (data.heldout_fraction)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Where checkup.json goes (own models; default: cwd)."),
-    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad records of --prompts/--pairs."),
+    skip_invalid: bool = SkipInvalidOption,
     preset: str = PresetOption,
     config_file: Optional[Path] = ConfigOption,
 ) -> None:
@@ -387,10 +385,8 @@ def checkup(
     `rlhflab checkup --policy DIR --reward-model DIR --prompts FILE [--pairs FILE] [k=v ...]`."""
     from rich.table import Table
 
-    from rlhflab.data.files import DataError
     from rlhflab.doctor.probes import run_checkup
     from rlhflab.faults.zoo import components_for
-    from rlhflab.models.lm import ModelDirError
     from rlhflab.runs import RunDir
 
     own = policy is not None or reward_model is not None
@@ -413,11 +409,8 @@ def checkup(
         _require(run / "stage1_lm", "pretrain")
         _require(run / "stage2_rm", "reward")
         config = _stage_config(run, "demo", None, None)  # the run's own config
-    try:
+    with _input_errors():
         results = run_checkup(config, RunDir(run), components_for(config))
-    except (DataError, ModelDirError) as err:
-        console.print(f"[red]input error:[/red] {err}")
-        raise typer.Exit(2) from None
     table = Table(title=f"checkup: {run}")
     for column in ("probe", "component", "result", "measured", "tolerance", "what"):
         table.add_column(column)
