@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from rlhflab.cli import app
 from rlhflab.config import load_config
 from rlhflab.data.batching import encode_sft
+from rlhflab.data.files import load_preferences
 from rlhflab.runs import read_jsonl
 from rlhflab.worlds.reviews import ReviewsWorld, WorldConfig
 
@@ -129,3 +130,24 @@ def test_bad_inputs_name_the_file_line_or_key(files, tmp_path):
     assert result.exit_code == 2 and "data.reward_model" in result.output and "not found" in result.output
     with pytest.raises(Exception, match="data.heldout_fraction"):
         load_config("smoke", overrides=["data.heldout_fraction=0.9"])
+
+
+def test_reward_stage_on_conversational_pairs_rendered_with_the_chat_template(files, tmp_path):
+    _, tokenizer, *_ = files
+    tokenizer = ReviewsWorld(WorldConfig()).tokenizer()  # a fresh copy: the template is set on it only
+    tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
+                               "{% if add_generation_prompt %}assistant {% endif %}")
+    model = save_tiny_lm("gpt2", tokenizer, tmp_path / "chat-model")
+    world = ReviewsWorld(WorldConfig())
+    reviews = world.corpus(24, 3)
+    records = [{"prompt": [{"role": "user", "content": p}],
+                "chosen": [{"role": "assistant", "content": reviews[2 * i]}],
+                "rejected": [{"role": "assistant", "content": reviews[2 * i + 1]}]}
+               for i, p in enumerate(world.prompts(12, 3))]
+    prefs = write_jsonl(tmp_path / "chat.jsonl", records)
+    first = load_preferences(prefs, tokenizer=tokenizer).records[0]
+    assert first.prompt == f"user {records[0]['prompt'][0]['content']} assistant " and first.chosen == reviews[0]
+    run = tmp_path / "chat-run"
+    invoke("reward", "--out", run, "--model", model, "--preferences", prefs, "--quiet", *TINY)
+    reward = read_jsonl(run / "metrics" / "reward.jsonl")
+    assert "rm/val_acc" in reward[-1] and (run / "stage2_rm" / "model.safetensors").is_file()
