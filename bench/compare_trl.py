@@ -29,31 +29,11 @@ from pathlib import Path
 
 import torch
 
+from benchlib import random_models, replace_section
+
 ROOT = Path(__file__).resolve().parents[1]
 TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
 SECTION = ("<!-- compare-trl:start -->", "<!-- compare-trl:end -->")
-
-
-def make_models(out: Path, seed: int = 0) -> tuple[Path, Path, Path]:
-    """Random demo-sized policy and reward model with the world's tokenizer, and prompts."""
-    from rlhflab.config import load_config
-    from rlhflab.models.lm import build_tiny_lm
-    from rlhflab.models.reward_model import reward_model_from_lm
-    from rlhflab.worlds.reviews import ReviewsWorld
-
-    config = load_config("demo")
-    world = ReviewsWorld(config.world)
-    tokenizer = world.tokenizer()
-    lm_dir, rm_dir = out / "policy", out / "reward"
-    build_tiny_lm(tokenizer, config.pretrain, seed).save_pretrained(lm_dir)
-    tokenizer.save_pretrained(lm_dir)
-    torch.manual_seed(seed)
-    rm = reward_model_from_lm(lm_dir)
-    rm.save_pretrained(rm_dir)
-    tokenizer.save_pretrained(rm_dir)
-    prompts = out / "prompts.json"
-    prompts.write_text(json.dumps(world.prompts(512, seed)))
-    return lm_dir, rm_dir, prompts
 
 
 def run_side(python: Path, script: str, lm: Path, rm: Path, prompts: Path, iterations: int) -> dict:
@@ -127,17 +107,6 @@ def render(ours: list[dict], theirs: list[dict], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(doc: Path, section: str) -> None:
-    text = doc.read_text(encoding="utf-8") if doc.is_file() else "# Benchmarks\n"
-    if SECTION[0] in text:
-        before, rest = text.split(SECTION[0], 1)
-        after = rest.split(SECTION[1], 1)[1]
-        text = before + section.rstrip("\n") + after
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    doc.write_text(text, encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -148,7 +117,9 @@ def main() -> None:
         sys.exit(f"{TRL_PYTHON} not found: run `make bench-trl` (it creates .venv-trl from bench/trl-requirements.txt)")
     ours, theirs = [], []
     with tempfile.TemporaryDirectory(prefix="compare-trl-") as tmp:
-        lm, rm, prompts = make_models(Path(tmp))
+        from rlhflab.config import load_config
+
+        lm, rm, prompts = random_models(Path(tmp), load_config("demo"))
         for repeat in range(args.repeats):
             ours.append(run_side(Path(sys.executable), "rlhflab_side.py", lm, rm, prompts, args.iterations))
             theirs.append(run_side(TRL_PYTHON, "trl_side.py", lm, rm, prompts, args.iterations + 1))
@@ -157,7 +128,7 @@ def main() -> None:
     results = ROOT / "bench" / "results" / "compare_trl.json"
     results.write_text(json.dumps({"rlhflab": ours, "trl": theirs}, indent=2) + "\n")
     command = f"python bench/compare_trl.py --repeats {args.repeats} --iterations {args.iterations}"
-    write_section(args.doc, render(ours, theirs, command))
+    replace_section(args.doc, *SECTION, render(ours, theirs, command))
     print(f"wrote {results} and {args.doc}")
 
 

@@ -18,6 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
+from benchlib import replace_section
 from rlhflab.config import apply_overrides, load_config, save_config
 from rlhflab.doctor.diagnose import diagnose_path
 from rlhflab.doctor.signals import smooth
@@ -128,16 +129,6 @@ def render(rows: list[dict], curves: dict[int, list[dict]], kl0_findings: dict[i
     return "\n".join(lines)
 
 
-def write_section(path: Path, section: str) -> None:
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    if START in text:
-        head, rest = text.split(START, 1)
-        text = head + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text, encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -181,7 +172,7 @@ def main() -> None:
                                         "kl0_findings": kl0_findings}, indent=1))
     plot_hacking(curves, ROOT / "docs" / "img" / "kl0_reward_hacking.png")
     command = f"python bench/pipeline_targets.py --preset {args.preset} --seeds {' '.join(map(str, args.seeds))}"
-    write_section(ROOT / "docs" / "benchmarks.md", render(rows, curves, kl0_findings, command))
+    replace_section(ROOT / "docs" / "benchmarks.md", START, END, render(rows, curves, kl0_findings, command))
     print(f"wrote {args.results} and docs/benchmarks.md")
 
 

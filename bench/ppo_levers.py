@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib import random_models
+
 VARIANTS = [("gelu_new", False, 2), ("gelu_pytorch_tanh", False, 2), ("gelu_new", True, 2),
             ("gelu_pytorch_tanh", True, 2), ("gelu_new", False, 1)]
 
@@ -32,8 +34,6 @@ def one(root: Path, activation: str, fused: bool, threads: int) -> dict:
     from transformers.utils import logging
 
     from rlhflab.config import load_config
-    from rlhflab.models.lm import build_tiny_lm
-    from rlhflab.models.reward_model import reward_model_from_lm
     from rlhflab.ppo.components import PPOComponents
     from rlhflab.ppo.trainer import build_ppo_state, ppo_iteration
     from rlhflab.seeding import torch_generator
@@ -43,14 +43,8 @@ def one(root: Path, activation: str, fused: bool, threads: int) -> dict:
     torch.set_num_threads(threads)
     config = load_config("demo")
     world = ReviewsWorld(config.world)
-    tokenizer = world.tokenizer()
-    lm = build_tiny_lm(tokenizer, config.pretrain, 0)
-    lm.config.activation_function = activation
-    lm.save_pretrained(root / "lm")
-    tokenizer.save_pretrained(root / "lm")
-    torch.manual_seed(0)
-    reward_model_from_lm(root / "lm").save_pretrained(root / "rm")
-    state = build_ppo_state(config, root / "lm", root / "rm", tokenizer, PPOComponents())
+    lm, rm, _ = random_models(root, config, 0, activation)
+    state = build_ppo_state(config, lm, rm, world.tokenizer(), PPOComponents())
     if fused:
         state.optimizer = torch.optim.Adam(state.policy.parameters(), lr=config.ppo.lr, eps=1e-5, fused=True)
     generator, prompts = torch_generator(0, "levers"), world.prompts(64, 0)

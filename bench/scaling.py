@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
+from benchlib import random_models, replace_section
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = ("<!-- scaling:start -->", "<!-- scaling:end -->")
@@ -27,22 +27,9 @@ BATCHES = (16, 64, 256)
 
 def make_models(out: Path, n_layer: int, n_embd: int, n_head: int) -> tuple[Path, Path, Path]:
     from rlhflab.config import load_config
-    from rlhflab.models.lm import build_tiny_lm
-    from rlhflab.models.reward_model import reward_model_from_lm
-    from rlhflab.worlds.reviews import ReviewsWorld
 
-    config = load_config("demo", overrides=[f"pretrain.n_layer={n_layer}", f"pretrain.n_embd={n_embd}",
-                                            f"pretrain.n_head={n_head}"])
-    world = ReviewsWorld(config.world)
-    tokenizer = world.tokenizer()
-    lm, rm = out / "policy", out / "reward"
-    build_tiny_lm(tokenizer, config.pretrain, 0).save_pretrained(lm)
-    tokenizer.save_pretrained(lm)
-    torch.manual_seed(0)
-    reward_model_from_lm(lm).save_pretrained(rm)
-    prompts = out / "prompts.json"
-    prompts.write_text(json.dumps(world.prompts(512, 0)))
-    return lm, rm, prompts
+    return random_models(out, load_config("demo", overrides=[f"pretrain.n_layer={n_layer}",
+                                                             f"pretrain.n_embd={n_embd}", f"pretrain.n_head={n_head}"]))
 
 
 def measure(lm: Path, rm: Path, prompts: Path, batch: int, iterations: int = 2) -> dict:
@@ -112,14 +99,7 @@ def main() -> None:
         SECTION[1],
     ]
     doc = ROOT / "docs" / "benchmarks.md"
-    text = doc.read_text(encoding="utf-8")
-    section = "\n".join(lines)
-    if SECTION[0] in text:
-        before, rest = text.split(SECTION[0], 1)
-        text = before + section + rest.split(SECTION[1], 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    doc.write_text(text, encoding="utf-8")
+    replace_section(doc, *SECTION, "\n".join(lines))
     print(f"wrote {doc}")
 
 
