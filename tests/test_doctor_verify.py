@@ -29,10 +29,15 @@ def verified(tmp_path_factory):
 def test_no_kl_penalty_is_diagnosed_with_kl_control_first(verified):
     before, _ = verified
     diagnosis = json.loads((before / "diagnosis.json").read_text())
-    kl = [f for f in diagnosis["findings"] if f["symptom"] in ("exploding_kl", "reward_hacking")]
+    kl = [f for f in diagnosis["findings"] if f["symptom"] == "exploding_kl"]
     assert kl, [f["rule"] for f in diagnosis["findings"]]
     assert kl[0]["causes"][0]["component"] == "kl_control"
     assert kl[0]["fix"]["overrides"] == {"ppo.kl_coef": "0.2"}
+    # The smoke preset's small RM is length-biased, so a reward-hacking finding may put the
+    # reward model first; the missing KL penalty must still be among its causes.
+    for finding in diagnosis["findings"]:
+        if finding["symptom"] == "reward_hacking":
+            assert "kl_control" in [c["component"] for c in finding["causes"]]
 
 
 def test_the_fix_removes_the_symptom_with_the_same_seeds(verified):
@@ -43,10 +48,12 @@ def test_the_fix_removes_the_symptom_with_the_same_seeds(verified):
     report = json.loads((before / "verify.json").read_text())
     assert report["fix"] == ["ppo.kl_coef=0.2"]
     rows = {r["rule"]: r for r in report["comparison"]}
-    for rule, row in rows.items():
-        if rule in ("kl_explosion", "reward_hacking_gold"):
-            assert row["gone"], row
-            assert row["after"] < row["before"]
+    # The row holds the last value of the finding's first evidence metric: KL falls with
+    # the fix, and gold reward (when gold hacking was found) rises.
+    assert rows["kl_explosion"]["gone"] and rows["kl_explosion"]["after"] < rows["kl_explosion"]["before"]
+    if "reward_hacking_gold" in rows:
+        row = rows["reward_hacking_gold"]
+        assert row["gone"] and row["metric"] == "reward/gold_mean" and row["after"] > row["before"], row
     after_kl = read_jsonl(after / "metrics" / "ppo.jsonl")[-1]["kl/mean"]
     before_kl = read_jsonl(before / "metrics" / "ppo.jsonl")[-1]["kl/mean"]
     assert after_kl < before_kl / 2

@@ -20,7 +20,11 @@ class ModelDirError(ValueError):
 
 
 def build_tiny_lm(tokenizer: PreTrainedTokenizerBase, config: PretrainConfig, seed: int) -> GPT2LMHeadModel:
-    """A GPT-2 (Radford et al. 2019) sized by `config`, randomly initialised under `seed`."""
+    """A GPT-2 (Radford et al. 2019) sized by `config`, randomly initialised under `seed`.
+
+    Deliberate deviation: GELU is PyTorch's fused tanh approximation
+    (`gelu_pytorch_tanh`), the same function as GPT-2's `gelu_new` to float rounding
+    but one kernel instead of seven, forward and backward (docs/benchmarks.md)."""
     model_config = GPT2Config(
         vocab_size=len(tokenizer),
         n_positions=config.n_positions,
@@ -34,6 +38,7 @@ def build_tiny_lm(tokenizer: PreTrainedTokenizerBase, config: PretrainConfig, se
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,
+        activation_function="gelu_pytorch_tanh",
     )
     torch.manual_seed(seed)
     return GPT2LMHeadModel(model_config)

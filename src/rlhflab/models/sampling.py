@@ -1,4 +1,5 @@
-"""Ancestral sampling with a KV cache from left-padded prompts.
+"""Ancestral sampling with a key/value cache from left-padded prompts
+(`rlhflab.models.decoding`).
 
 Pure temperature sampling (no top-k/top-p), as the PPO objective assumes: the policy
 being optimised is exactly the distribution that is sampled (Ziegler et al. 2019 sample
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from rlhflab.models.forward import position_ids_from_mask
+from rlhflab.models.decoding import decoder_for
 
 
 @dataclass(frozen=True)
@@ -36,14 +37,10 @@ def sample_responses(
 ) -> Samples:
     """Sample up to `max_new_tokens` per prompt. prompt_ids/prompt_mask: (B, P), left-padded."""
     batch = prompt_ids.shape[0]
-    attention = prompt_mask.long()
-    positions = position_ids_from_mask(prompt_mask)
-    out = model(input_ids=prompt_ids, attention_mask=attention, position_ids=positions, use_cache=True)
-    cache = out.cache
-    logits = out.logits[:, -1]  # (B, V)
+    decoder = decoder_for(model, batch, prompt_ids.shape[1] + max_new_tokens)
+    logits = decoder.prefill(prompt_ids, prompt_mask)  # (B, V)
     finished = torch.zeros(batch, dtype=torch.bool, device=prompt_ids.device)
     tokens, logprobs, real = [], [], []
-    next_position = positions[:, -1:] + 1
     for step in range(max_new_tokens):
         log_p = torch.log_softmax(logits.float() / temperature, dim=-1)
         # Drawn on the CPU generator whatever the device, so a seed means the same stream everywhere.
@@ -55,17 +52,7 @@ def sample_responses(
         finished = finished | (token == eos_id)
         if bool(finished.all()) or step == max_new_tokens - 1:
             break
-        attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
-        out = model(
-            input_ids=token[:, None],
-            attention_mask=attention,
-            position_ids=next_position,
-            cache=cache,
-            use_cache=True,
-        )
-        cache = out.cache
-        logits = out.logits[:, -1]
-        next_position = next_position + 1
+        logits = decoder.step(token)
     response_ids = torch.stack(tokens, dim=1)
     mask = torch.stack(real, dim=1)
     has_eos = ((response_ids == eos_id) & mask).any(dim=1)

@@ -30,6 +30,7 @@ from rlhflab.metrics.diversity import distinct_n, identical_fraction, self_bleu
 from rlhflab.metrics.stats import explained_variance, masked_mean, masked_var, pearson
 from rlhflab.models.lm import load_causal_lm, load_tokenizer
 from rlhflab.models.reward_model import load_reward_model, reward_normalizer
+from rlhflab.models.optim import adam
 from rlhflab.models.value_head import PolicyWithValue
 from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents
@@ -206,7 +207,7 @@ def build_ppo_state(config: PipelineConfig, policy_dir: Path, reward_dir: Path, 
     mean, std = reward_normalizer(reward_model)
     reward = RewardFunction(reward_model, mean, std, cfg.normalize_reward, cfg.missing_eos_penalty,
                             components.score, components.reward_transform)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
+    optimizer = adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
     return PPOState(cfg, policy, reference, reward, tokenizer, optimizer, components.make_kl_controller(cfg), components)
 
 

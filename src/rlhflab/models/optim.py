@@ -1,0 +1,25 @@
+"""Adam (Kingma & Ba 2015) with PyTorch's fused kernel where the parameters allow it.
+
+The fused step is the same update as the default per-parameter loop, to float
+rounding, in one kernel over all parameters: on a small model the loop's per-tensor
+dispatch, not the arithmetic, is the optimiser's cost (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+FUSED_DEVICES = ("cpu", "cuda")
+
+
+def _fusable(params: list) -> bool:
+    tensors = [p for group in params for p in (group["params"] if isinstance(group, dict) else [group])]
+    return all(t.is_floating_point() and t.device.type in FUSED_DEVICES for t in tensors)
+
+
+def adam(params: Iterable, **kwargs) -> torch.optim.Adam:
+    """`torch.optim.Adam`, fused on CPU and CUDA floating-point parameters."""
+    params = list(params)
+    return torch.optim.Adam(params, fused=_fusable(params), **kwargs)
+
