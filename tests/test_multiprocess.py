@@ -10,6 +10,7 @@ import pytest
 
 from rlhflab.runs import read_jsonl
 
+PPO_STEPS_COMPARED = 6
 COMPARED = ("rm/train_loss", "rm/train_acc", "rm/val_acc", "reward/proxy_mean", "kl/mean", "policy/loss",
             "value/loss", "policy/entropy", "policy/clipfrac", "policy/approxkl", "policy/grad_norm")
 
@@ -25,7 +26,10 @@ def test_two_processes_match_one_on_the_smoke_preset(smoke_run, tmp_path):
         one = read_jsonl(smoke_run.metrics(stage))
         two = read_jsonl(run / "metrics" / f"{stage}.jsonl")
         assert [r["step"] for r in one] == [r["step"] for r in two]
-        for i, (a, b) in enumerate(zip(one, two)):
+        # Later PPO steps are not compared: once last-bit differences flip one sampled token,
+        # the two rollouts differ and the runs part ways (seen from PPO step 8 on).
+        compared = one if stage == "reward" else one[:PPO_STEPS_COMPARED]
+        for i, (a, b) in enumerate(zip(compared, two)):
             # Summing two half-minibatch gradients reassociates float additions; Adam's
             # steps amplify the difference slowly, so later steps get a looser tolerance.
             # Fractions of tokens (clipfrac) move in steps of 1/tokens when one token crosses
