@@ -44,6 +44,8 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/pipeline_targets.py --seeds 0 1 2
 	$(PY) bench/compare_trl.py --repeats 3 --iterations 3
 	$(PY) bench/scaling.py
+	$(PY) bench/ppo_levers.py --repeats 3
+	$(PY) bench/decoder_step.py
 
 clean:
 	rm -rf $(VENV) $(TRL_VENV) runs .pytest_cache

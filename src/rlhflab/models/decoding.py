@@ -6,11 +6,11 @@ Two decoders share that interface, and `decoder_for` picks one:
 - `GPT2Decoder` runs a `GPT2LMHeadModel`'s own modules and weights (no copy, so it
   always sees the current policy) through a short forward with a key/value cache
   preallocated for the whole response. Written because at the sizes rlhflab trains on
-  a CPU, HF's forward is bound by per-call Python work (output capture, mask and cache
-  objects), not by arithmetic: one decoding step of the demo model at batch 1 takes
-  about 2.5 ms there, this one about a tenth of that (docs/benchmarks.md). It is the
-  same math as `GPT2Model.forward` (Radford et al. 2019): pre-norm blocks, learned
-  positions, the attention scale and activation read from the config.
+  a CPU, much of a step of HF's forward is per-call work (output capture, mask and
+  cache objects) rather than arithmetic (per-step times: `bench/decoder_step.py`,
+  docs/benchmarks.md). It is the same math as `GPT2Model.forward` (Radford et al.
+  2019): pre-norm blocks, learned positions, the attention scale and activation read
+  from the config.
 - `HFCacheDecoder` runs any other causal LM (Llama, a user's model, a model wrapped by
   a fault) through its own forward with its own cache.
 

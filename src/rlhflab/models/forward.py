@@ -11,12 +11,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rlhflab.models.precision import autocast
 from rlhflab.ppo.losses import logprobs_from_logits
 
 
 def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
     """Positions counted over real tokens only, so left padding does not shift them. (B, L)"""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def padded_forward(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, **kwargs):
+    """`model` (an HF causal LM or trunk) on a padded batch, positions from the mask, no
+    cache, under the device's autocast (`models/precision.py`). (B, L) -> its output."""
+    with autocast(input_ids.device):
+        return model(input_ids=input_ids, attention_mask=attention_mask.long(),
+                     position_ids=position_ids_from_mask(attention_mask), use_cache=False, **kwargs)
 
 
 def response_logits(
@@ -35,16 +44,10 @@ def response_logits(
         prompt_len: P.
     Returns the logits and, when asked, the last hidden states aligned with them (B, T, H).
     """
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask.long(),
-        position_ids=position_ids_from_mask(attention_mask),
-        output_hidden_states=output_hidden_states,
-        use_cache=False,
-    )
+    out = padded_forward(model, input_ids, attention_mask, output_hidden_states=output_hidden_states)
     # (B, P + T, V) -> (B, T, V): drop the last position, keep those predicting responses.
-    logits = out.logits[:, prompt_len - 1 : -1] / temperature
-    hidden = out.hidden_states[-1][:, prompt_len - 1 : -1] if output_hidden_states else None
+    logits = out.logits[:, prompt_len - 1 : -1].float() / temperature
+    hidden = out.hidden_states[-1][:, prompt_len - 1 : -1].float() if output_hidden_states else None
     return logits, hidden
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from transformers import AutoModelForSequenceClassification, PreTrainedModel
 
-from rlhflab.models.forward import position_ids_from_mask
+from rlhflab.models.forward import padded_forward
 from rlhflab.models.lm import check_model_dir
 
 
@@ -42,14 +42,7 @@ def last_real_index(attention_mask: Tensor) -> Tensor:
 
 def score_sequences(model: PreTrainedModel, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
     """Raw reward scores read at the last real token. (B, L) -> (B,)"""
-    trunk = model.base_model
-    out = trunk(
-        input_ids=input_ids,
-        attention_mask=attention_mask.long(),
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
-    )
-    hidden = out.last_hidden_state  # (B, L, H)
+    hidden = padded_forward(model.base_model, input_ids, attention_mask).last_hidden_state.float()  # (B, L, H)
     last = last_real_index(attention_mask)
     picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]  # (B, H)
     return model.score(picked).squeeze(-1)

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from rlhflab.models.decoding import decoder_for
+from rlhflab.models.precision import autocast
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,8 @@ def sample_responses(
     """Sample up to `max_new_tokens` per prompt. prompt_ids/prompt_mask: (B, P), left-padded."""
     batch = prompt_ids.shape[0]
     decoder = decoder_for(model, batch, prompt_ids.shape[1] + max_new_tokens)
-    logits = decoder.prefill(prompt_ids, prompt_mask)  # (B, V)
+    with autocast(prompt_ids.device):
+        logits = decoder.prefill(prompt_ids, prompt_mask)  # (B, V)
     finished = torch.zeros(batch, dtype=torch.bool, device=prompt_ids.device)
     tokens, logprobs, real = [], [], []
     for step in range(max_new_tokens):
@@ -52,7 +54,8 @@ def sample_responses(
         finished = finished | (token == eos_id)
         if bool(finished.all()) or step == max_new_tokens - 1:
             break
-        logits = decoder.step(token)
+        with autocast(prompt_ids.device):
+            logits = decoder.step(token)
     response_ids = torch.stack(tokens, dim=1)
     mask = torch.stack(real, dim=1)
     has_eos = ((response_ids == eos_id) & mask).any(dim=1)

@@ -22,6 +22,7 @@ from rlhflab.config import PipelineConfig, PretrainConfig
 from rlhflab.data.batching import decode_responses, encode_prompts, encode_sft
 from rlhflab.distributed import default_device
 from rlhflab.models.lm import build_tiny_lm, count_parameters, load_causal_lm
+from rlhflab.models.precision import autocast
 from rlhflab.models.sampling import sample_responses
 from rlhflab.progress import progress_bar
 from rlhflab.runs import RunDir, atomic_dir, stage_logger
@@ -42,7 +43,8 @@ class PretrainResult:
 def lm_loss(model: torch.nn.Module, ids: Tensor, mask: Tensor, loss_mask: Tensor) -> Tensor:
     """Mean next-token cross-entropy over the target tokens in `loss_mask`.
     ids/mask/loss_mask: (B, L); mask is True for real tokens, loss_mask for targets."""
-    logits = model(input_ids=ids, attention_mask=mask.long(), use_cache=False).logits  # (B, L, V)
+    with autocast(ids.device):
+        logits = model(input_ids=ids, attention_mask=mask.long(), use_cache=False).logits  # (B, L, V)
     targets = ids[:, 1:].masked_fill(~loss_mask[:, 1:], -100)
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
 
