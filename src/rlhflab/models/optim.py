@@ -13,9 +13,8 @@ import torch
 FUSED_DEVICES = ("cpu", "cuda")
 
 
-def _fusable(params: list) -> bool:
-    tensors = [p for group in params for p in (group["params"] if isinstance(group, dict) else [group])]
-    return all(t.is_floating_point() and t.device.type in FUSED_DEVICES for t in tensors)
+def _fusable(params: list[torch.Tensor]) -> bool:
+    return all(p.is_floating_point() and p.device.type in FUSED_DEVICES for p in params)
 
 
 def adam(params: Iterable, **kwargs) -> torch.optim.Adam:

@@ -39,22 +39,22 @@ def sample_responses(
     """Sample up to `max_new_tokens` per prompt. prompt_ids/prompt_mask: (B, P), left-padded."""
     batch = prompt_ids.shape[0]
     decoder = decoder_for(model, batch, prompt_ids.shape[1] + max_new_tokens)
-    with autocast(prompt_ids.device):
-        logits = decoder.prefill(prompt_ids, prompt_mask)  # (B, V)
     finished = torch.zeros(batch, dtype=torch.bool, device=prompt_ids.device)
     tokens, logprobs, real = [], [], []
-    for step in range(max_new_tokens):
-        log_p = torch.log_softmax(logits.float() / temperature, dim=-1)
-        # Drawn on the CPU generator whatever the device, so a seed means the same stream everywhere.
-        token = torch.multinomial(log_p.exp().cpu(), 1, generator=generator).squeeze(-1).to(log_p.device)  # (B,)
-        token = torch.where(finished, torch.full_like(token, pad_id), token)
-        real.append(~finished)
-        logprobs.append(torch.where(finished, 0.0, log_p.gather(-1, token[:, None]).squeeze(-1)))
-        tokens.append(token)
-        finished = finished | (token == eos_id)
-        if bool(finished.all()) or step == max_new_tokens - 1:
-            break
-        with autocast(prompt_ids.device):
+    with autocast(prompt_ids.device):  # log_softmax runs in fp32 under autocast
+        logits = decoder.prefill(prompt_ids, prompt_mask)  # (B, V)
+        for step in range(max_new_tokens):
+            log_p = torch.log_softmax(logits.float() / temperature, dim=-1)
+            # Drawn on the CPU generator whatever the device, so a seed means the same stream everywhere.
+            token = torch.multinomial(log_p.exp().cpu(), 1, generator=generator).squeeze(-1)
+            token = token.to(log_p.device)  # (B,)
+            token = torch.where(finished, torch.full_like(token, pad_id), token)
+            real.append(~finished)
+            logprobs.append(torch.where(finished, 0.0, log_p.gather(-1, token[:, None]).squeeze(-1)))
+            tokens.append(token)
+            finished = finished | (token == eos_id)
+            if bool(finished.all()) or step == max_new_tokens - 1:
+                break
             logits = decoder.step(token)
     response_ids = torch.stack(tokens, dim=1)
     mask = torch.stack(real, dim=1)
