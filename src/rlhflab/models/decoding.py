@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import GPT2LMHeadModel
+from transformers.pytorch_utils import Conv1D
 
 from rlhflab.models.forward import position_ids_from_mask
 
@@ -73,22 +74,33 @@ class GPT2Decoder:
         self.heads = config.n_head
         self.head_dim = config.n_embd // config.n_head
         parameter = self.head.weight
-        shape = (batch, self.heads, max_len, self.head_dim)
-        # (layers) x (B, heads, max_len, head_dim); filled left to right.
-        self.keys = [torch.empty(shape, dtype=parameter.dtype, device=parameter.device) for _ in self.trunk.h]
-        self.values = [torch.empty_like(k) for k in self.keys]
-        self.real = torch.zeros(batch, max_len, dtype=torch.bool, device=parameter.device)  # key is a real token
+        shape = (2, batch, self.heads, max_len, self.head_dim)
+        # Per layer, keys and values (2, B, heads, max_len, head_dim), filled left to right
+        # by one copy a step.
+        self.cache = [torch.empty(shape, dtype=parameter.dtype, device=parameter.device) for _ in self.trunk.h]
+        # Additive attention bias per key: 0 for a real token, -inf for padding and for
+        # positions not written yet. One float bias shared by all layers of a step costs
+        # less in attention than a boolean mask.
+        self.key_bias = torch.full((batch, max_len), float("-inf"), dtype=parameter.dtype, device=parameter.device)
         self.length = 0
 
     @staticmethod
     def supports(model: torch.nn.Module) -> bool:
         """A plain GPT-2 causal LM whose forward this class reproduces: eval mode (no
         dropout), no cross-attention."""
-        return type(model) is GPT2LMHeadModel and not model.training and not model.config.add_cross_attention
+        if type(model) is not GPT2LMHeadModel or model.training or model.config.add_cross_attention:
+            return False
+        # The forward below calls these layers' functions directly, so a replaced or
+        # hooked layer (an adapter, a probe) keeps the model's own forward.
+        trunk = model.transformer
+        layers = [trunk.ln_f, *(m for b in trunk.h for m in (b.ln_1, b.ln_2, b.attn.c_attn, b.attn.c_proj,
+                                                                b.mlp.c_fc, b.mlp.c_proj))]
+        return all(type(m) in (Conv1D, torch.nn.LayerNorm) and not m._forward_hooks and not m._forward_pre_hooks
+                   for m in layers)
 
     def prefill(self, prompt_ids: Tensor, prompt_mask: Tensor) -> Tensor:
         P = prompt_ids.shape[1]
-        self.real[:, :P] = prompt_mask
+        self.key_bias[:, :P].masked_fill_(prompt_mask, 0.0)
         positions = position_ids_from_mask(prompt_mask)
         self.next_position = positions[:, -1:] + 1
         query = torch.arange(P, device=prompt_ids.device)
@@ -99,28 +111,48 @@ class GPT2Decoder:
         return self._forward(prompt_ids, positions, allowed[:, None])  # mask (B, 1, P, P)
 
     def step(self, tokens: Tensor) -> Tensor:
-        self.real[:, self.length] = True
-        allowed = self.real[:, None, None, : self.length + 1].contiguous()  # (B, 1, 1, L + 1)
-        logits = self._forward(tokens[:, None], self.next_position, allowed)
+        self.key_bias[:, self.length] = 0.0
+        bias = self.key_bias[:, None, None, : self.length + 1]  # (B, 1, 1, L + 1)
+        logits = self._forward(tokens[:, None], self.next_position, bias)
         self.next_position = self.next_position + 1
         return logits
 
-    def _forward(self, ids: Tensor, positions: Tensor, allowed: Tensor) -> Tensor:
+    def _forward(self, ids: Tensor, positions: Tensor, attn_mask: Tensor) -> Tensor:
+        # The modules' functions are called directly (F.layer_norm, torch.addmm as in HF's
+        # Conv1D): at one token per row, module-call overhead is a visible part of a step.
         B, S = ids.shape
         start, end = self.length, self.length + S
-        h = self.trunk.wte(ids) + self.trunk.wpe(positions)  # (B, S, E)
-        for block, keys, values in zip(self.trunk.h, self.keys, self.values):
-            attn = block.attn
-            q, k, v = attn.c_attn(block.ln_1(h)).split(attn.split_size, dim=2)  # 3 x (B, S, E)
-            keys[:, :, start:end] = k.view(B, S, self.heads, self.head_dim).transpose(1, 2)
-            values[:, :, start:end] = v.view(B, S, self.heads, self.head_dim).transpose(1, 2)
-            q = q.view(B, S, self.heads, self.head_dim).transpose(1, 2)  # (B, heads, S, head_dim)
-            out = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=allowed,
-                                                 scale=attn.scaling)
-            h = h + attn.c_proj(out.transpose(1, 2).reshape(B, S, -1))
-            h = h + block.mlp(block.ln_2(h))
+        h = F.embedding(ids, self.trunk.wte.weight) + F.embedding(positions, self.trunk.wpe.weight)  # (B, S, E)
+        for block, cache in zip(self.trunk.h, self.cache):
+            attn, mlp = block.attn, block.mlp
+            qkv = conv1d(attn.c_attn, layer_norm(block.ln_1, h))  # (B, S, 3E)
+            qkv = qkv.view(B, S, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, heads, S, hd)
+            cache[:, :, :, start:end] = qkv[1:]
+            out = F.scaled_dot_product_attention(qkv[0], cache[0, :, :, :end], cache[1, :, :, :end],
+                                                 attn_mask=attn_mask, scale=attn.scaling)
+            add_conv1d_(h, attn.c_proj, out.transpose(1, 2).reshape(B, S, -1))
+            add_conv1d_(h, mlp.c_proj, mlp.act(conv1d(mlp.c_fc, layer_norm(block.ln_2, h))))
         self.length = end
-        return self.head(self.trunk.ln_f(h[:, -1]))  # (B, V)
+        return F.linear(layer_norm(self.trunk.ln_f, h[:, -1]), self.head.weight, self.head.bias)  # (B, V)
+
+
+def layer_norm(norm: torch.nn.LayerNorm, x: Tensor) -> Tensor:
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
+def conv1d(layer: torch.nn.Module, x: Tensor) -> Tensor:
+    """HF's GPT-2 `Conv1D`: x @ weight + bias, weight stored (in, out)."""
+    return torch.addmm(layer.bias, x.reshape(-1, x.shape[-1]), layer.weight).view(*x.shape[:-1], -1)
+
+
+def add_conv1d_(h: Tensor, layer: torch.nn.Module, x: Tensor) -> None:
+    """The residual update h += conv1d(layer, x), in place. In fp32 the matmul accumulates
+    straight into h. Under autocast x is bf16 (autocast does not cast in-place ops), so
+    the matmul runs in bf16 and its result is added to the fp32 stream, as in HF's block."""
+    if x.dtype == h.dtype:
+        h.view(-1, h.shape[-1]).addmm_(x.reshape(-1, x.shape[-1]), layer.weight).add_(layer.bias)
+    else:
+        h.add_(conv1d(layer, x))
 
 
 def decoder_for(model: torch.nn.Module, batch: int, max_len: int) -> Decoder:

@@ -3,14 +3,16 @@
 
 Pure temperature sampling (no top-k/top-p), as the PPO objective assumes: the policy
 being optimised is exactly the distribution that is sampled (Ziegler et al. 2019 sample
-at T=1). Rows that emitted EOS keep being fed a pad token, masked out afterwards.
+at T=1). Rows that emitted EOS keep being sampled; their tokens are masked out afterwards.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from rlhflab.models.decoding import decoder_for
@@ -23,6 +25,39 @@ class Samples:
     mask: Tensor  # (B, T) True for real response tokens, EOS included
     logprobs: Tensor  # (B, T) log-probabilities at sampling time, 0 on padding
     has_eos: Tensor  # (B,) True if the response ended with EOS
+
+
+def exponential_race(weights: Tensor, generator: torch.Generator) -> Tensor:
+    """One draw per row with probability proportional to `weights` (B, N) >= 0: the index
+    of the first of independent exponential clocks E_i / w_i, E_i ~ Exp(1), which is i
+    with probability w_i / sum(w) (the Gumbel-max trick in another form; Gumbel 1954,
+    Maddison et al. 2014). It is the draw `torch.multinomial` makes on the CPU, so it is
+    just as insensitive to last-bit differences in the weights: a flip needs two clocks
+    within a rounding error of each other, where an inverse-CDF draw flips whenever its
+    uniform falls within a cumulative sum's rounding error of a boundary.
+
+    E_i = -log U_i, so argmax w_i / E_i = argmin w_i / log U_i. The uniforms are float64:
+    a float32 uniform is a multiple of 2^-24, so E_i could not be smaller than ~6e-8 and
+    weights below that, relative to the winner's, would almost never win. They come from
+    the CPU generator whatever the device, so a seed means the same stream everywhere."""
+    uniform = torch.rand(weights.shape, generator=generator, dtype=torch.float64)
+    log_uniform = uniform.log_().to(weights.device, weights.dtype)  # -E_i; U = 0 gives -inf: never drawn
+    return torch.div(weights, log_uniform).argmin(dim=-1)  # weight 0 gives -0.0: never drawn
+
+
+def draw_tokens(probs: Tensor, generator: torch.Generator) -> Tensor:
+    """One token per row from `probs` (B, V), in two exponential races: first among
+    blocks of about sqrt(V) tokens, by their total probability, then among the tokens
+    of the drawn block. P(token) = P(block) P(token | block) is exact, and each race is
+    as insensitive to rounding as one race over V; but it needs ~2 sqrt(V) uniforms per
+    row instead of V, and making uniforms is most of the cost of a draw."""
+    rows, vocab = probs.shape
+    size = math.isqrt(vocab - 1) + 1  # ceil(sqrt(V))
+    n_blocks = -(-vocab // size)
+    blocks = F.pad(probs, (0, n_blocks * size - vocab)).view(rows, n_blocks, size)  # padding has probability 0
+    block = exponential_race(blocks.sum(dim=-1), generator)  # (B,)
+    members = blocks.gather(1, block[:, None, None].expand(rows, 1, size)).squeeze(1)  # (B, size)
+    return block * size + exponential_race(members, generator)
 
 
 @torch.no_grad()
@@ -40,23 +75,23 @@ def sample_responses(
     batch = prompt_ids.shape[0]
     decoder = decoder_for(model, batch, prompt_ids.shape[1] + max_new_tokens)
     finished = torch.zeros(batch, dtype=torch.bool, device=prompt_ids.device)
-    tokens, logprobs, real = [], [], []
-    with autocast(prompt_ids.device):  # log_softmax runs in fp32 under autocast
+    tokens, probs_drawn = [], []
+    with autocast(prompt_ids.device):  # the softmax runs in fp32 under autocast
         logits = decoder.prefill(prompt_ids, prompt_mask)  # (B, V)
         for step in range(max_new_tokens):
-            log_p = torch.log_softmax(logits.float() / temperature, dim=-1)
-            # Drawn on the CPU generator whatever the device, so a seed means the same stream everywhere.
-            token = torch.multinomial(log_p.exp().cpu(), 1, generator=generator).squeeze(-1)
-            token = token.to(log_p.device)  # (B,)
-            token = torch.where(finished, torch.full_like(token, pad_id), token)
-            real.append(~finished)
-            logprobs.append(torch.where(finished, 0.0, log_p.gather(-1, token[:, None]).squeeze(-1)))
+            probs = torch.softmax(logits.float() / temperature if temperature != 1.0 else logits.float(), dim=-1)
+            token = draw_tokens(probs, generator)  # (B,)
             tokens.append(token)
-            finished = finished | (token == eos_id)
-            if bool(finished.all()) or step == max_new_tokens - 1:
+            probs_drawn.append(probs.gather(-1, token[:, None]).squeeze(-1))
+            finished |= token == eos_id
+            if step == max_new_tokens - 1 or bool(finished.all()):
                 break
+            # A row that has ended is fed its draws like any other; they are masked below.
             logits = decoder.step(token)
-    response_ids = torch.stack(tokens, dim=1)
-    mask = torch.stack(real, dim=1)
-    has_eos = ((response_ids == eos_id) & mask).any(dim=1)
-    return Samples(response_ids, mask, torch.stack(logprobs, dim=1), has_eos)
+    drawn = torch.stack(tokens, dim=1)  # (B, T)
+    is_eos = drawn == eos_id
+    mask = (is_eos.cumsum(dim=1) - is_eos.long()) == 0  # no EOS before this position
+    response_ids = torch.where(mask, drawn, pad_id)
+    logprobs = torch.where(mask, torch.stack(probs_drawn, dim=1).log(), 0.0)
+    has_eos = (is_eos & mask).any(dim=1)
+    return Samples(response_ids, mask, logprobs, has_eos)
