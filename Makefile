@@ -46,6 +46,7 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/scaling.py
 	$(PY) bench/ppo_levers.py --repeats 3
 	$(PY) bench/decoder_step.py
+	$(PY) bench/token_draw.py
 
 clean:
 	rm -rf $(VENV) $(TRL_VENV) runs .pytest_cache

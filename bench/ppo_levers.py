@@ -2,6 +2,8 @@
 
 - the sampler's GPT-2 decoder (`rlhflab.models.decoding.GPT2Decoder`) against the
   model's own HF forward and cache (`HFCacheDecoder`);
+- the sampler's two-level exponential-race draw (`rlhflab.models.sampling.draw_tokens`)
+  against `torch.multinomial`;
 - fused Adam against the per-parameter loop;
 - the tiny GPT-2's fused GELU (`gelu_pytorch_tanh`) against GPT-2's `gelu_new`;
 - torch threads: 2 (one per core, the default) against 1.
@@ -28,13 +30,14 @@ from benchlib import random_models, replace_section
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = ("<!-- levers-table:start -->", "<!-- levers-table:end -->")
-# name -> (GPT-2 decoder, fused Adam, GELU, threads)
+# name -> (GPT-2 decoder, two-level draw, fused Adam, GELU, threads)
 VARIANTS = {
-    "all levers (the defaults)": (True, True, "gelu_pytorch_tanh", 2),
-    "HF forward in the sampler": (False, True, "gelu_pytorch_tanh", 2),
-    "per-parameter Adam loop": (True, False, "gelu_pytorch_tanh", 2),
-    "GPT-2's gelu_new": (True, True, "gelu_new", 2),
-    "1 thread": (True, True, "gelu_pytorch_tanh", 1),
+    "all levers (the defaults)": (True, True, True, "gelu_pytorch_tanh", 2),
+    "HF forward in the sampler": (False, True, True, "gelu_pytorch_tanh", 2),
+    "torch.multinomial draw": (True, False, True, "gelu_pytorch_tanh", 2),
+    "per-parameter Adam loop": (True, True, False, "gelu_pytorch_tanh", 2),
+    "GPT-2's gelu_new": (True, True, True, "gelu_new", 2),
+    "1 thread": (True, True, True, "gelu_pytorch_tanh", 1),
 }
 
 
@@ -51,11 +54,14 @@ def one(root: Path, name: str) -> dict:
     from rlhflab.seeding import torch_generator
     from rlhflab.worlds.reviews import ReviewsWorld
 
-    fast_decoder, fused, activation, threads = VARIANTS[name]
+    fast_decoder, two_level_draw, fused, activation, threads = VARIANTS[name]
     logging.set_verbosity_error()
     torch.set_num_threads(threads)
     if not fast_decoder:
         sampling.decoder_for = lambda model, batch, max_len: HFCacheDecoder(model)
+    if not two_level_draw:
+        sampling.draw_tokens = lambda probs, g: torch.multinomial(probs.cpu(), 1, generator=g).squeeze(-1).to(
+            probs.device)
     config = load_config("demo")
     world = ReviewsWorld(config.world)
     lm, rm, _ = random_models(root, config, 0, activation)

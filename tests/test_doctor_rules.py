@@ -10,6 +10,7 @@ from rlhflab.config import load_config
 from rlhflab.doctor.causes import CheckupVerdict
 from rlhflab.doctor.diagnose import diagnose
 from rlhflab.doctor.rules import RULE_NAMES
+from rlhflab.doctor.signals import rolling_median, window
 from rlhflab.doctor.table import MetricTable
 
 N = 80
@@ -203,6 +204,23 @@ def test_proxy_beyond_reward_model_training_range():
 def test_ratio_far_from_one():
     records = modify(healthy_records(11), 30, policy__ratio_mean=lambda k, old: 1.6)
     assert_fires(table_of(records), "ratio_off", 30, tolerance=4)
+
+
+def test_ratio_max_fires_when_its_median_stays_high_not_on_single_spikes():
+    # Healthy demo runs have single iterations with ratio_max 70-120 (one token among
+    # thousands); a lone spike, or two in a row, is not an explosion.
+    spiky = healthy_records(14)
+    for step in (10, 11, 40, 60):
+        spiky[step]["policy/ratio_max"] = 120.0
+    assert "ratio_off" not in fired(table_of(spiky))
+    records = modify(healthy_records(14), 30, policy__ratio_max=lambda k, old: 200.0)
+    # The median over a window crosses once more than half of the window is high.
+    assert_fires(table_of(records), "ratio_off", 30 + window(N) // 2, tolerance=1)
+
+
+def test_rolling_median_ignores_one_outlier_per_window():
+    assert rolling_median([1, 100, 2, 3, 4], 3) == [2, 3, 3]
+    assert rolling_median([5.0], 3) == []
 
 
 def test_clipfrac_high():

@@ -129,3 +129,12 @@ def test_faults_bench_scores_the_doctor_and_writes_its_table(tmp_path):
     text = doc.read_text()
     assert "| gae_reversed | advantages_values | yes |" in text and "healthy (seed 0)" in text
     assert "Command: `rlhflab faults bench --preset smoke`" in text
+    # Rescoring diagnoses the same runs again without training: same rows, same seconds.
+    before = {r.name: r for r in healthy + rows}
+    trained = (tmp_path / "runs" / "gae_reversed" / "stage3_policy" / "model.safetensors").stat().st_mtime_ns
+    again, again_rows = run_bench("smoke", [0], tmp_path / "runs", ["gae_reversed", "narrow_prompts"], doc,
+                                  "rlhflab faults bench --preset smoke --rescore", rescore=True)
+    assert {r.name: r for r in again + again_rows} == before
+    assert (tmp_path / "runs" / "gae_reversed" / "stage3_policy" / "model.safetensors").stat().st_mtime_ns == trained
+    with pytest.raises(FileNotFoundError, match="no timed bench run"):
+        run_bench("smoke", [1], tmp_path / "runs", [], doc, "", rescore=True)

@@ -470,13 +470,15 @@ def faults_bench(
     only: Optional[list[str]] = typer.Option(None, "--fault", help="Bench only these faults (repeatable)."),
     out: Path = typer.Option(Path("runs/faults-bench"), "--out", help="Where the runs go."),
     doc: Path = typer.Option(Path("docs/faults.md"), "--doc", help="Markdown table to write."),
+    rescore: bool = typer.Option(False, "--rescore", help="Check and diagnose the runs already in --out again, "
+                                 "without training them (after a change to the doctor or the checkup)."),
 ) -> None:
     """Run the healthy pipeline and every fault, then the checkup and the doctor; score them."""
     from rlhflab.faults.bench import run_bench
 
     command = "rlhflab faults bench --preset " + preset + "".join(f" --seed {s}" for s in seeds) + "".join(
-        f" --fault {f}" for f in only or [])
-    healthy, rows = run_bench(preset, seeds, out, only, doc, command)
+        f" --fault {f}" for f in only or []) + (" --rescore" if rescore else "")
+    healthy, rows = run_bench(preset, seeds, out, only, doc, command, rescore)
     for r in healthy + rows:
         console.print(f"{r.name:40s} detected={r.detected!s:5s} first={r.first_component or '-':22s} "
                       f"log-only={r.log_only_component or '-':22s} "

@@ -1,6 +1,6 @@
 """Devices and data parallelism over processes started by `torchrun` (torch.distributed:
 NCCL with one CUDA device per process when CUDA is present, gloo on CPU), in the
-plainest form that gives the single-process result.
+plainest form that gives the single-process result. The device comes from accelerate.
 
 Every process holds the whole model and the whole batch: rollouts, reference and reward
 scores and advantages are computed identically everywhere (same seeds), and only the
@@ -23,14 +23,21 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from accelerate import PartialState
 from torch import Tensor
 
 
+SUPPORTED_DEVICE_TYPES = ("cpu", "cuda")
+
+
 def default_device() -> torch.device:
-    """Where this process's models and batches live: its CUDA device, else the CPU."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    """Where this process's models and batches live, as accelerate's `PartialState`
+    places it: under torchrun or `accelerate launch` on GPUs the local rank's GPU (it
+    joins the NCCL group then), else the machine's CUDA device, else the CPU. Other
+    accelerators accelerate finds (MPS, XPU, ...) get the CPU: rlhflab is not tested on
+    them."""
+    device = PartialState().device
+    return device if device.type in SUPPORTED_DEVICE_TYPES else torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -49,10 +56,9 @@ class Cluster:
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world == 1:
             return Cluster.single()
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        if not dist.is_initialized():
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        default_device()  # on GPUs accelerate sets this process's device and joins the NCCL group
+        if not dist.is_initialized():  # on CPUs accelerate leaves a torchrun process alone
+            dist.init_process_group("gloo")
         return Cluster(dist.get_rank(), dist.get_world_size())
 
     @property

@@ -22,6 +22,13 @@ def smooth(values: Sequence[float], width: int) -> list[float]:
     return out
 
 
+def rolling_median(values: Sequence[float], width: int) -> list[float]:
+    """Trailing median over complete windows of `width` points (causal; the first
+    width - 1 points have no value and are left out): robust to one outlier in a window,
+    where a mean is not."""
+    return [statistics.median(values[i - width + 1 : i + 1]) for i in range(width - 1, len(values))]
+
+
 def baseline(values: Sequence[float], width: int) -> float:
     """Mean of the first `width` points: the run's starting level."""
     return statistics.fmean(values[:width])

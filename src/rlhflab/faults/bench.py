@@ -11,6 +11,7 @@ sees another trainer's log), which probes failed, and the cost.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,15 +56,24 @@ def first_stage(fault: Fault) -> str:
     return first_stage_to_rerun(fault.config(load_config("demo")))
 
 
-def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunDir | None = None) -> BenchRow:
-    """One run (a fresh pipeline, or the fault's stages on top of `base`), checkup, doctor."""
+TIMING_FILE = "bench.json"  # in each run: the wall time of its training, checkup and doctor
+
+
+def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunDir | None = None,
+              rescore: bool = False) -> BenchRow:
+    """One run (a fresh pipeline, or the fault's stages on top of `base`), checkup, doctor.
+    With `rescore`, the run already in `out` is not trained again: only the checkup and
+    the doctor run, and the row keeps the seconds timed when the run was trained."""
     start = time.perf_counter()
     config = load_config(preset, overrides=[f"seed={seed}"], fault=fault.name if fault else None)
     components = components_for(config)
-    if base is None:
+    run = RunDir(out)
+    if rescore:
+        if not (out / TIMING_FILE).is_file():
+            raise FileNotFoundError(f"{out / TIMING_FILE}: no timed bench run to rescore; run the bench without --rescore")
+    elif base is None:
         run = run_pipeline(config, out, components, show_progress=False).run
     else:
-        run = RunDir(out)
         rerun(config, base, run, first_stage(fault), components, show_progress=False)
     probes = run_checkup(config, run, components)
     diagnosis = diagnose_path(run.root)  # ranks with the failed probes in RUN/checkup.json
@@ -74,13 +84,18 @@ def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunD
     log_only = diagnose(table)
     first = _first_component(diagnosis)
     component = fault.component if fault else "none"
+    if rescore:
+        seconds = json.loads((out / TIMING_FILE).read_text())["seconds"]
+    else:
+        seconds = time.perf_counter() - start
+        (out / TIMING_FILE).write_text(json.dumps({"seconds": seconds}) + "\n")
     return BenchRow(
         name=fault.name if fault else f"healthy (seed {seed})", component=component,
         detected=bool(diagnosis.findings),
         symptom_in_metrics=any(f.rule != CHECKUP_RULE for f in diagnosis.findings),
         first_component=first, right_component=first == component, log_only_component=_first_component(log_only),
         findings=[f.rule for f in diagnosis.findings], failed_probes=[p.name for p in probes if not p.passed],
-        seconds=time.perf_counter() - start,
+        seconds=seconds,
     )
 
 
@@ -89,7 +104,8 @@ CAVEAT = (
     "run's config for settings outside the usual range (a zero KL coefficient, a negative entropy coefficient, a",
     "clip range that never clips). The zoo was in view while both were written, so it is not a held-out test of",
     "them; the column 'from metrics alone' is the doctor without either, as it works on another trainer's log.",
-    "Seconds are wall time of the run, checkup, doctor and report (faults reuse the healthy run's earlier stages).",
+    "Seconds are wall time of the run, checkup, doctor and report (faults reuse the healthy run's earlier stages);",
+    "with `--rescore`, the checkup and doctor ran again on runs trained by an earlier bench, and seconds are that bench's.",
 )
 
 
@@ -123,6 +139,9 @@ def render(faulty: list[BenchRow], healthy: list[BenchRow], command: str) -> str
         f"trainer's log): {right_log}/{len(faulty)} = {right_log / n:.0%}",
         f"- findings on healthy runs: {healthy_findings} over {len(healthy)} seeds, failed probes: {healthy_probes} "
         "(target: 0)",
+        f"- not detected: {', '.join(r.name for r in faulty if not r.detected) or 'none'}; "
+        f"detected by the checkup only: {', '.join(r.name for r in faulty if r.detected and not r.symptom_in_metrics) or 'none'}; "
+        f"wrong component first: {', '.join(r.name for r in faulty if r.detected and not r.right_component) or 'none'}",
         "",
         *CAVEAT,
         "",
@@ -141,12 +160,15 @@ def render(faulty: list[BenchRow], healthy: list[BenchRow], command: str) -> str
     return "\n".join(lines) + "\n"
 
 
-def run_bench(preset: str, seeds: list[int], out: Path, names: list[str] | None, doc: Path, command: str):
+def run_bench(preset: str, seeds: list[int], out: Path, names: list[str] | None, doc: Path, command: str,
+              rescore: bool = False):
     """Healthy runs for every seed; each fault on the first seed, reusing the healthy run's
-    stages before the fault's component (same seeds, so those stages are identical)."""
-    healthy = [bench_one(preset, seed, out / f"healthy-seed{seed}", None) for seed in seeds]
+    stages before the fault's component (same seeds, so those stages are identical).
+    `rescore` checks and diagnoses the runs already in `out` again, without training:
+    after a change to the doctor or the checkup, not to training."""
+    healthy = [bench_one(preset, seed, out / f"healthy-seed{seed}", None, rescore=rescore) for seed in seeds]
     base = RunDir(out / f"healthy-seed{seeds[0]}")
     chosen = [f for f in FAULTS if not names or f.name in names]
-    rows = [bench_one(preset, seeds[0], out / fault.name, fault, base) for fault in chosen]
+    rows = [bench_one(preset, seeds[0], out / fault.name, fault, base, rescore) for fault in chosen]
     doc.write_text(render(rows, healthy, command), encoding="utf-8")
     return healthy, rows

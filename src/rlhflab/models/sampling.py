@@ -41,7 +41,7 @@ def exponential_race(weights: Tensor, generator: torch.Generator) -> Tensor:
     weights below that, relative to the winner's, would almost never win. They come from
     the CPU generator whatever the device, so a seed means the same stream everywhere."""
     uniform = torch.rand(weights.shape, generator=generator, dtype=torch.float64)
-    log_uniform = uniform.log_().to(weights.device, weights.dtype)  # -E_i; U = 0 gives -inf: never drawn
+    log_uniform = uniform.log_().to(weights.dtype).to(weights.device)  # -E_i; U = 0 gives -inf: never drawn
     return torch.div(weights, log_uniform).argmin(dim=-1)  # weight 0 gives -0.0: never drawn
 
 
