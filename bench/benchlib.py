@@ -4,6 +4,7 @@ tokenizer, and replacing one marked section of docs/benchmarks.md."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import torch
@@ -44,3 +45,8 @@ def replace_section(doc: Path, start: str, end: str, section: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     doc.write_text(text, encoding="utf-8")
+
+
+def median_and_min(times: dict[str, list[float]], unit: str) -> dict[str, dict[str, float]]:
+    """Per variant, the median and the min of its timed rounds, keys suffixed by `unit`."""
+    return {name: {f"median_{unit}": statistics.median(t), f"min_{unit}": min(t)} for name, t in times.items()}

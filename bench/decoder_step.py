@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from benchlib import random_models
+from benchlib import median_and_min, random_models
 
 
 def main() -> None:
@@ -51,8 +50,7 @@ def main() -> None:
                     for _ in range(31):
                         decoder.step(ids[:, -1])
                     times[name].append((time.perf_counter() - start) / 31 * 1e3)
-        result[f"batch_{batch}"] = {name: {"median_ms": statistics.median(t), "min_ms": min(t)}
-                                    for name, t in times.items()}
+        result[f"batch_{batch}"] = median_and_min(times, "ms")
     print(json.dumps(result, indent=2))
 
 

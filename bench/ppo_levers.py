@@ -10,8 +10,8 @@
 
     .venv/bin/python bench/ppo_levers.py     # writes the `levers` table of docs/benchmarks.md
 
-Each variant runs in a fresh process, the variants in turn, `--repeats` rounds: 1 warm-up
-and 4 timed iterations (median) at 64 rollouts, 32 tokens, 4 epochs x 4 minibatches,
+Each variant runs in a fresh process, the variants in turn (each round starting at a
+different one), `--repeats` rounds: 1 warm-up and 4 timed iterations (median) at 64 rollouts, 32 tokens, 4 epochs x 4 minibatches,
 random demo-sized weights. Reported: the median over rounds, and the min-max.
 """
 
@@ -94,15 +94,18 @@ def main() -> None:
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     results: dict[str, list[dict]] = {name: [] for name in VARIANTS}
-    for _ in range(args.repeats):
-        for name in VARIANTS:
+    names = list(VARIANTS)
+    for round_index in range(args.repeats):
+        # Each round starts at a different variant, so no variant always runs first.
+        shift = round_index * len(names) // args.repeats
+        for name in names[shift:] + names[:shift]:
             with tempfile.TemporaryDirectory() as tmp:
                 done = subprocess.run([sys.executable, __file__, tmp, name], capture_output=True, text=True,
                                       check=True)
             results[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
     base = statistics.median(r["iteration"] for r in results["all levers (the defaults)"])
     lines = [SECTION[0], f"Command: `python bench/ppo_levers.py --repeats {args.repeats}`; median (min-max) over "
-             f"{args.repeats} rounds, each variant a fresh process.", "",
+             f"{args.repeats} rounds, each variant a fresh process, each round starting at a different variant.", "",
              "| variant | s / iteration | rollout s | train s | iteration vs the defaults |", "|---|---|---|---|---|"]
     for name, rows in results.items():
         median = statistics.median(r["iteration"] for r in rows)

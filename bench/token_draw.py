@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
+
+from benchlib import median_and_min
 
 
 def main() -> None:
@@ -37,8 +38,7 @@ def main() -> None:
                 for _ in range(50):
                     draw(probs)
                 times[name].append((time.perf_counter() - start) / 50 * 1e6)
-        result[f"vocab_{vocab}"] = {name: {"median_us": statistics.median(t), "min_us": min(t)}
-                                    for name, t in times.items()}
+        result[f"vocab_{vocab}"] = median_and_min(times, "us")
     print(json.dumps(result, indent=2))
 
 
