@@ -35,6 +35,13 @@ def test_two_level_draw_gives_each_token_its_probability(vocab):
     assert draws.max() < vocab and not (draws == vocab // 2).any()
 
 
+def test_non_finite_probabilities_are_an_error_not_a_token():
+    probs = torch.full((2, 10), 0.1)
+    probs[1, 3] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        draw_tokens(probs, torch.Generator().manual_seed(0))
+
+
 def test_draws_are_reproducible_and_depend_on_the_seed():
     probs = torch.softmax(torch.randn(64, 50, generator=torch.Generator().manual_seed(1)), -1)
     a = draw_tokens(probs, torch.Generator().manual_seed(3))

@@ -55,7 +55,10 @@ def draw_tokens(probs: Tensor, generator: torch.Generator) -> Tensor:
     size = math.isqrt(vocab - 1) + 1  # ceil(sqrt(V))
     n_blocks = -(-vocab // size)
     blocks = F.pad(probs, (0, n_blocks * size - vocab)).view(rows, n_blocks, size)  # padding has probability 0
-    block = exponential_race(blocks.sum(dim=-1), generator)  # (B,)
+    masses = blocks.sum(dim=-1)  # (B, blocks)
+    if bool(masses.isnan().any()):  # a NaN would win or lose a race silently; multinomial raises too
+        raise ValueError("sampling: the model's next-token probabilities contain NaN (non-finite logits)")
+    block = exponential_race(masses, generator)  # (B,)
     members = blocks.gather(1, block[:, None, None].expand(rows, 1, size)).squeeze(1)  # (B, size)
     return block * size + exponential_race(members, generator)
 
