@@ -59,6 +59,14 @@ def first_stage(fault: Fault) -> str:
 TIMING_FILE = "bench.json"  # in each run: the wall time of its training, checkup and doctor
 
 
+def _timed_seconds(out: Path) -> float:
+    """The seconds a bench recorded when it trained the run in `out`."""
+    timing = out / TIMING_FILE
+    if not timing.is_file():
+        raise FileNotFoundError(f"{timing}: no timed bench run to rescore; run the bench without --rescore")
+    return json.loads(timing.read_text())["seconds"]
+
+
 def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunDir | None = None,
               rescore: bool = False) -> BenchRow:
     """One run (a fresh pipeline, or the fault's stages on top of `base`), checkup, doctor.
@@ -69,8 +77,7 @@ def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunD
     components = components_for(config)
     run = RunDir(out)
     if rescore:
-        if not (out / TIMING_FILE).is_file():
-            raise FileNotFoundError(f"{out / TIMING_FILE}: no timed bench run to rescore; run the bench without --rescore")
+        seconds = _timed_seconds(out)
     elif base is None:
         run = run_pipeline(config, out, components, show_progress=False).run
     else:
@@ -84,9 +91,7 @@ def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunD
     log_only = diagnose(table)
     first = _first_component(diagnosis)
     component = fault.component if fault else "none"
-    if rescore:
-        seconds = json.loads((out / TIMING_FILE).read_text())["seconds"]
-    else:
+    if not rescore:
         seconds = time.perf_counter() - start
         (out / TIMING_FILE).write_text(json.dumps({"seconds": seconds}) + "\n")
     return BenchRow(

@@ -82,7 +82,8 @@ def sample_responses(
     with autocast(prompt_ids.device):  # the softmax runs in fp32 under autocast
         logits = decoder.prefill(prompt_ids, prompt_mask)  # (B, V)
         for step in range(max_new_tokens):
-            probs = torch.softmax(logits.float() / temperature if temperature != 1.0 else logits.float(), dim=-1)
+            scaled = logits.float() if temperature == 1.0 else logits.float() / temperature  # T=1: no division
+            probs = torch.softmax(scaled, dim=-1)
             token = draw_tokens(probs, generator)  # (B,)
             tokens.append(token)
             probs_drawn.append(probs.gather(-1, token[:, None]).squeeze(-1))
