@@ -12,6 +12,7 @@ from rlhflab.runs import read_jsonl
 
 PPO_STEPS_COMPARED = 6
 MIN_PPO_STEPS_COMPARED = 3
+APPROXKL_TOL_FACTOR = 10  # see the loop below
 COMPARED = ("rm/train_loss", "rm/train_acc", "rm/val_acc", "reward/proxy_mean", "kl/mean", "policy/loss",
             "value/loss", "policy/entropy", "policy/clipfrac", "policy/approxkl", "policy/grad_norm")
 
@@ -50,12 +51,19 @@ def test_two_processes_match_one_on_the_smoke_preset(smoke_run, tmp_path):
             # steps amplify the difference slowly, so later steps get a looser tolerance.
             # Fractions of tokens (clipfrac) move in steps of 1/tokens when one token crosses
             # the clip boundary, so they get an absolute tolerance of a few tokens.
-            # Measured: up to 1.1e-3 (policy/grad_norm at PPO step 5) with one process against two.
-            rel_tol = 1e-4 if stage == "reward" or i < 2 else 2e-2
+            # Measured with identical rollouts, largest error other than approxkl's: under
+            # 3e-5 at PPO step 0, 4.6e-4 (kl/mean) at step 1, 1.3e-2 (clipfrac) at step 3.
+            rel_tol = 1e-4 if stage == "reward" or i == 0 else 2e-2
             for key in COMPARED:
                 if key in a:
+                    # approxkl is the mean of 0.5 (log ratio)^2: the square of the small
+                    # difference an update made, so its relative error is many times that of
+                    # the losses. Adam's first steps are about lr x sign(gradient), so a
+                    # gradient near 0 that changes sign moves a weight by a whole step.
+                    # Measured: 1.7e-4, 2.1e-3, 7.8e-3 and 2.9e-2 at PPO steps 0-3.
+                    key_tol = rel_tol * APPROXKL_TOL_FACTOR if key == "policy/approxkl" else rel_tol
                     abs_tol = 2e-2 if key.endswith("clipfrac") and i >= 2 else 1e-5
-                    assert math.isclose(a[key], b[key], rel_tol=rel_tol, abs_tol=abs_tol), (stage, a["step"], key,
+                    assert math.isclose(a[key], b[key], rel_tol=key_tol, abs_tol=abs_tol), (stage, a["step"], key,
                                                                                              a[key], b[key])
     # Files are written once, by the first process.
     assert (run / "stage3_policy" / "model.safetensors").is_file() and (run / "diagnosis.json").is_file()
