@@ -47,6 +47,7 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/ppo_levers.py --repeats 3
 	$(PY) bench/decoder_step.py
 	$(PY) bench/token_draw.py
+	$(PY) bench/decode_breakdown.py
 
 clean:
 	rm -rf $(VENV) $(TRL_VENV) runs .pytest_cache
