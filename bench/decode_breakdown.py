@@ -108,8 +108,7 @@ def main() -> None:
     response = config.ppo.response_length
     shapes = {"qkv": (E, 3 * E), "attention_out": (E, E), "mlp_in": (E, 4 * E), "mlp_out": (4 * E, E),
               "head": (E, vocab)}
-    per_step = {"qkv": model.n_layer, "attention_out": model.n_layer, "mlp_in": model.n_layer,
-                "mlp_out": model.n_layer, "head": 1}
+    per_step = {name: model.n_layer for name in shapes} | {"head": 1}  # calls per step
     # Keys and values cached per row, on average over the response's steps.
     result = {"rows": ROWS, "mean_cached_positions": prompt + response / 2,
               **step_bytes(lm, ROWS, prompt + response / 2)}

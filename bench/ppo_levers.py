@@ -11,8 +11,9 @@
     .venv/bin/python bench/ppo_levers.py     # writes the `levers` table of docs/benchmarks.md
 
 Each variant runs in a fresh process, the variants in turn (each round starting at a
-different one), `--repeats` rounds: 1 warm-up and 4 timed iterations (median) at 64 rollouts, 32 tokens, 4 epochs x 4 minibatches,
-random demo-sized weights. Reported: the median over rounds, and the min-max.
+different one), `--repeats` rounds: 1 warm-up and 4 timed iterations (median) at 64
+rollouts, 32 tokens, 4 epochs x 4 minibatches, random demo-sized weights. Reported: the
+median over rounds, and the min-max.
 """
 
 from __future__ import annotations

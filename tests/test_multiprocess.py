@@ -39,7 +39,7 @@ def test_two_processes_match_one_on_the_smoke_preset(smoke_run, tmp_path):
         compared = list(zip(one, two))
         if stage == "ppo":
             # Two things end the comparison. Adam amplifies the last-bit differences of the
-            # summed gradients step after step (2.8e-2 on policy/approxkl at PPO step 6, with
+            # summed gradients step after step (2.9e-2 on policy/approxkl by PPO step 3, with
             # the same rollout), so only the first steps are compared. And once such a
             # difference flips one sampled token, the rollouts differ and the runs part ways
             # (seen from PPO step 4 on); the first few steps must be before that.
