@@ -10,13 +10,13 @@ TORCH := torch==2.13.0
 TRL_VENV := .venv-trl
 TRL_STAMP := $(TRL_VENV)/.installed
 
-.PHONY: install demo test test-all bench bench-trl clean
+.PHONY: install demo lint test bench bench-trl clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[train,test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,11 +24,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/rlhflab pipeline --preset demo --out runs/demo
 
-test: $(STAMP)
-	$(PY) -m pytest -q
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
 
-test-all: $(STAMP)
-	$(PY) -m pytest -q -m ''
+test: lint
+	$(PY) -m pytest -q
 
 # TRL's PPO in a venv of its own (its pins must not touch rlhflab's), torch first as above.
 $(TRL_STAMP): bench/trl-requirements.txt
@@ -48,6 +48,7 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/decoder_step.py
 	$(PY) bench/token_draw.py
 	$(PY) bench/decode_breakdown.py
+	$(PY) bench/doctor_speed.py
 
 clean:
 	rm -rf $(VENV) $(TRL_VENV) runs .pytest_cache

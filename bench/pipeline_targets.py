@@ -99,7 +99,8 @@ def render(rows: list[dict], curves: dict[int, list[dict]], kl0_findings: dict[i
         lines.append(f"| {label} | {fmt.format(med(key))} | {per_seed} | {'yes' if ok(med(key)) else 'NO'} |")
     lines += [
         "",
-        "| seed | pretrain s | reward s | ppo s | stage-1 gold | policy gold | policy KL | last-iteration kl/mean | grammatical stage 1 / policy | RM val acc | doctor findings |",
+        "| seed | pretrain s | reward s | ppo s | stage-1 gold | policy gold | policy KL | last-iteration kl/mean "
+        "| grammatical stage 1 / policy | RM val acc | doctor findings |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:

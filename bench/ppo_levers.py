@@ -49,7 +49,6 @@ def one(root: Path, name: str) -> dict:
     import rlhflab.models.sampling as sampling
     from rlhflab.config import load_config
     from rlhflab.models.decoding import HFCacheDecoder
-    from rlhflab.models.optim import adam
     from rlhflab.ppo.components import PPOComponents
     from rlhflab.ppo.trainer import build_ppo_state, ppo_iteration
     from rlhflab.seeding import torch_generator

@@ -73,7 +73,7 @@ def run_rlhflab_ppo(model_dir: str, reward_dir: str, prompts: list[str], batch_s
     from rlhflab.models.lm import count_parameters, load_tokenizer
     from rlhflab.ppo.components import PPOComponents
     from rlhflab.ppo.trainer import build_ppo_state, ppo_iteration
-    from rlhflab.seeding import derive_seed, torch_generator
+    from rlhflab.seeding import torch_generator
 
     if threads:
         torch.set_num_threads(threads)

@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
+from rlhflab.checkup import ProbeContext, probes, run_checkup
 from rlhflab.config import load_config
-from rlhflab.doctor import probes
 from rlhflab.doctor.causes import CheckupVerdict, rank_causes
-from rlhflab.doctor.probes import ProbeContext, run_checkup
+from rlhflab.doctor.rules import BY_NAME
 from rlhflab.doctor.table import MetricTable
 from rlhflab.faults.zoo import get_fault
 from rlhflab.ppo.components import PPOComponents
@@ -84,4 +84,5 @@ def test_the_most_specific_failed_probe_ranks_first():
     table = MetricTable.from_records([{"step": i, "kl/mean": 0.0} for i in range(10)])
     failed = {"rm_score_not_mostly_length": "reward_model", "mask_covers_response_through_eos": "advantages_values",
               "first_ratio_is_one": "logprob_bookkeeping"}
-    assert rank_causes("ratio_off", table, CheckupVerdict(failed))[0].component == "advantages_values"
+    rule = BY_NAME["ratio_off"]
+    assert rank_causes(rule.causes, rule.clues, table, CheckupVerdict(failed))[0].component == "advantages_values"

@@ -5,8 +5,7 @@ import json
 
 import pytest
 import torch
-from transformers import (AutoModelForSequenceClassification, GPT2Config, GPT2LMHeadModel, LlamaConfig,
-                          LlamaForCausalLM)
+from transformers import AutoModelForSequenceClassification, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from typer.testing import CliRunner
 
 from rlhflab.cli import app

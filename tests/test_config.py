@@ -1,9 +1,17 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from rlhflab.config import (
-    ConfigError, PipelineConfig, apply_overrides, config_from_run, load_config, read_toml, save_config, to_toml,
+    ConfigError,
+    PipelineConfig,
+    apply_overrides,
+    config_from_run,
+    load_config,
+    read_toml,
+    save_config,
+    to_toml,
 )
 
 
@@ -85,7 +93,7 @@ def test_resolved_config_round_trips_with_every_default(tmp_path: Path):
 
 def test_config_objects_are_frozen():
     config = PipelineConfig()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         config.ppo.kl_coef = 1.0  # type: ignore[misc]
     assert apply_overrides(config, {"ppo.kl_coef": 1.0}).ppo.kl_coef == 1.0
     assert config.ppo.kl_coef == PipelineConfig().ppo.kl_coef

@@ -64,7 +64,7 @@ def test_fused_adam_takes_the_same_steps_as_the_loop():
     copies = [w.detach().clone().requires_grad_(True) for w in weights]
     fused, loop = adam(weights, lr=1e-2, eps=1e-5), torch.optim.Adam(copies, lr=1e-2, eps=1e-5)
     assert fused.defaults["fused"] and not loop.defaults.get("fused")
-    for step in range(5):
+    for _ in range(5):
         for params, opt in ((weights, fused), (copies, loop)):
             opt.zero_grad()
             ((params[0].sin() @ params[1]) ** 2).sum().backward()

@@ -3,13 +3,16 @@ right onset within a tolerance) and on healthy traces (nothing fires)."""
 
 import math
 import random
+from dataclasses import dataclass
 
 import pytest
 
-from rlhflab.config import load_config
 from rlhflab.doctor.causes import CheckupVerdict
 from rlhflab.doctor.diagnose import diagnose
+from rlhflab.doctor.findings import Change
+from rlhflab.doctor.formats import render_change, verify_command
 from rlhflab.doctor.rules import RULE_NAMES
+from rlhflab.doctor.settings import RunSettings
 from rlhflab.doctor.signals import rolling_median, window
 from rlhflab.doctor.table import MetricTable
 
@@ -65,9 +68,15 @@ RM_HEALTHY = [
 ]
 
 
-def table_of(records, rm=RM_HEALTHY, **meta) -> MetricTable:
+# What the rlhflab format reads from a demo run's config.toml.
+DEMO = dict(trainer="rlhflab", kl_coef=0.2, kl_estimator="k1", kl_horizon=10000, clip_eps=0.2, value_clip_eps=0.2,
+            lr=3e-4, entropy_coef=0.0, batch_size=64, response_length=32, normalize_reward=True,
+            missing_eos_penalty=1.0, reward_pairs=18000, reward_epochs=2)
+
+
+def table_of(records, rm=RM_HEALTHY, **settings) -> MetricTable:
     table = MetricTable.from_records(records + rm, source="synthetic")
-    table.meta.update(meta)
+    table.settings = RunSettings(**settings)
     return table
 
 
@@ -93,8 +102,7 @@ def adaptive_coef(records, target, frozen_from=None, horizon=10000):
 
 def test_healthy_trace_with_adaptive_controller_near_target():
     records = adaptive_coef(healthy_records(0), 6.0)
-    config = load_config("demo", overrides=["ppo.kl_target=6"])
-    assert fired(table_of(records, config=config)) == {}
+    assert fired(table_of(records, **DEMO, kl_target=6.0)) == {}
 
 
 def modify(records, start: int, **functions):
@@ -111,6 +119,37 @@ def crossing(records, metric, predicate):
     return next(r["step"] for r in records if predicate(r[metric]))
 
 
+@dataclass(frozen=True)
+class Trace:
+    """A synthetic run holding exactly one pathology: the rule that must fire on it, at
+    `onset` within `tolerance`, and the other rules allowed to fire with it."""
+
+    table: MetricTable
+    rule: str
+    onset: int
+    tolerance: int = 6
+    allowed: tuple[str, ...] | set[str] = ()
+
+
+TRACES: dict[str, list] = {}  # rule -> the functions building its firing traces
+
+
+def firing_trace(rule: str):
+    def register(build):
+        TRACES.setdefault(rule, []).append(build)
+        return build
+    return register
+
+
+@pytest.mark.parametrize("rule", RULE_NAMES)
+def test_every_registered_rule_fires_on_its_traces(rule):
+    assert TRACES.get(rule), f"rule {rule} has no firing trace in this file"
+    for build in TRACES[rule]:
+        trace = build()
+        assert trace.rule == rule
+        assert_fires(trace.table, trace.rule, trace.onset, trace.tolerance, trace.allowed)
+
+
 def assert_fires(table, rule, expected_onset, tolerance=6, allowed=()):
     found = fired(table)
     assert rule in found, f"{rule} did not fire; fired: {found}"
@@ -119,26 +158,27 @@ def assert_fires(table, rule, expected_onset, tolerance=6, allowed=()):
     assert not extra, f"also fired: {extra}"
 
 
-def test_kl_explosion_superlinear_growth():
+@firing_trace("kl_explosion")
+def kl_explosion_superlinear_growth():
     records = modify(healthy_records(1), 40, kl__mean=lambda k, old: old + 2 * math.exp(0.12 * k) - 2)
     onset = crossing(records, "kl/mean", lambda v: v > 20)
-    assert_fires(table_of(records), "kl_explosion", onset, tolerance=8)
+    return Trace(table_of(records), "kl_explosion", onset, tolerance=8)
 
 
-def test_kl_explosion_above_target():
-    config = load_config("demo", overrides=["ppo.kl_target=3"])
+@firing_trace("kl_explosion")
+def kl_explosion_above_target():
     records = modify(healthy_records(2), 30, kl__mean=lambda k, old: 3 + 0.4 * k)  # 2 x target = 6 at k = 7.5
     records = adaptive_coef(records, 3.0)
-    assert_fires(table_of(records, config=config), "kl_explosion", 38, tolerance=6)
+    return Trace(table_of(records, **DEMO, kl_target=3.0), "kl_explosion", 38, tolerance=6)
 
 
-def test_kl_negative():
+@firing_trace("kl_negative")
+def kl_negative():
     records = modify(healthy_records(3), 20, kl__mean=lambda k, old: -0.1 * k, kl__k3_mean=lambda k, old: 0.1)
-    assert_fires(table_of(records), "kl_negative", 30, tolerance=6)
+    return Trace(table_of(records), "kl_negative", 30, tolerance=6)
 
 
 def test_kl_controller_moving_the_wrong_way():
-    config = load_config("demo", overrides=["ppo.kl_target=6"])
     records = healthy_records(4)
     coef = 0.2
     for r in records:
@@ -146,43 +186,62 @@ def test_kl_controller_moving_the_wrong_way():
         # An inverted controller: beta falls when KL is above target and rises below.
         coef *= 1 - max(-0.2, min(0.2, r["kl/mean"] / 6.0 - 1)) * 64 / 1000
         r["kl/coef"] = coef
-    found = fired(table_of(records, config=config))
+    found = fired(table_of(records, **DEMO, kl_target=6.0))
     assert "kl_controller_wrong_way" in found and found["kl_controller_wrong_way"] <= 5
 
 
-def test_kl_controller_stuck_off_target():
-    config = load_config("demo", overrides=["ppo.kl_target=6"])
+@firing_trace("kl_controller_wrong_way")
+def controller_stuck_off_target():
     records = modify(healthy_records(4), 20, kl__mean=lambda k, old: 12.0)  # 2x target
     records = adaptive_coef(records, 6.0, frozen_from=20)  # beta stops moving at step 20
-    found = fired(table_of(records, config=config))
+    # KL at twice the target is also an explosion under the target rule.
+    return Trace(table_of(records, **DEMO, kl_target=6.0), "kl_controller_wrong_way", 21, tolerance=3,
+                 allowed={"kl_explosion"})
+
+
+def test_kl_controller_stuck_off_target():
+    records = modify(healthy_records(4), 20, kl__mean=lambda k, old: 12.0)  # 2x target
+    records = adaptive_coef(records, 6.0, frozen_from=20)  # beta stops moving at step 20
+    found = fired(table_of(records, **DEMO, kl_target=6.0))
     assert "kl_controller_wrong_way" in found and abs(found["kl_controller_wrong_way"] - 21) <= 3
 
 
-def test_entropy_collapse():
+@firing_trace("entropy_collapse")
+def entropy_collapse():
     records = modify(healthy_records(5), 30, policy__entropy=lambda k, old: 1.6 * math.exp(-0.1 * k) + 0.05)
     onset = crossing(records, "policy/entropy", lambda v: v < 0.3 * 2.0)
-    assert_fires(table_of(records), "entropy_collapse", onset, tolerance=6)
+    return Trace(table_of(records), "entropy_collapse", onset, tolerance=6)
 
 
-def test_diversity_collapse():
+@firing_trace("diversity_collapse")
+def diversity_collapse():
     records = modify(healthy_records(6), 40, response__distinct_2=lambda k, old: max(0.1, 0.75 - 0.05 * k))
     onset = crossing(records, "response/distinct_2", lambda v: v < 0.4)
-    assert_fires(table_of(records), "diversity_collapse", onset, tolerance=6)
+    return Trace(table_of(records), "diversity_collapse", onset, tolerance=6)
 
 
-def test_identical_responses():
+@firing_trace("identical_responses")
+def identical_responses():
     records = modify(healthy_records(7), 50, response__identical_frac=lambda k, old: 0.6)
-    assert_fires(table_of(records), "identical_responses", 52, tolerance=4)
+    return Trace(table_of(records), "identical_responses", 52, tolerance=4)
 
 
-def test_reward_hacking_with_gold():
+@firing_trace("reward_hacking_gold")
+def reward_hacking_with_gold():
     records = healthy_records(8)
     for r in records:
         k = r["step"]
         r["reward/proxy_mean"] = 0.04 * k  # keeps rising
         r["reward/gold_mean"] = 0.01 * k if k <= 40 else 0.4 - 0.03 * (k - 40)  # peaks at 40
     # Smoothed gold is 0.15 below its peak about 5 + window/2 steps after it.
-    assert_fires(table_of(records), "reward_hacking_gold", 47, tolerance=6)
+    return Trace(table_of(records), "reward_hacking_gold", 47, tolerance=6)
+
+
+@firing_trace("reward_hacking_proxy")
+def length_drift_without_gold():
+    records = modify(healthy_records(9, gold=False), 40, response__length_mean=lambda k, old: 9 + 0.5 * k)
+    onset = crossing(records, "response/length_mean", lambda v: v > 1.5 * 12)
+    return Trace(table_of(records), "reward_hacking_proxy", onset)
 
 
 def test_reward_hacking_without_gold_from_length_drift():
@@ -194,16 +253,24 @@ def test_reward_hacking_without_gold_from_length_drift():
     assert fired(table_of(with_gold)) == {}
 
 
+@firing_trace("proxy_out_of_range")
+def proxy_beyond_training_range():
+    records = modify(healthy_records(10), 0, reward__proxy_mean=lambda k, old: 0.03 * k)
+    onset = crossing(records, "reward/proxy_mean", lambda v: v > 1.8)
+    return Trace(table_of(records, reward_train_max=1.8), "proxy_out_of_range", onset)
+
+
 def test_proxy_beyond_reward_model_training_range():
     records = modify(healthy_records(10), 0, reward__proxy_mean=lambda k, old: 0.03 * k)
     onset = crossing(records, "reward/proxy_mean", lambda v: v > 1.8)
-    assert_fires(table_of(records, proxy_train_max=1.8), "proxy_out_of_range", onset, tolerance=6)
-    assert fired(table_of(records, proxy_train_max=5.0)) == {}
+    assert_fires(table_of(records, reward_train_max=1.8), "proxy_out_of_range", onset, tolerance=6)
+    assert fired(table_of(records, reward_train_max=5.0)) == {}
 
 
-def test_ratio_far_from_one():
+@firing_trace("ratio_off")
+def ratio_far_from_one():
     records = modify(healthy_records(11), 30, policy__ratio_mean=lambda k, old: 1.6)
-    assert_fires(table_of(records), "ratio_off", 30, tolerance=4)
+    return Trace(table_of(records), "ratio_off", 30, tolerance=4)
 
 
 def test_ratio_max_fires_when_its_median_stays_high_not_on_single_spikes():
@@ -223,75 +290,70 @@ def test_rolling_median_ignores_one_outlier_per_window():
     assert rolling_median([5.0], 3) == []
 
 
-def test_clipfrac_high():
+@firing_trace("clipfrac_high")
+def clipfrac_high():
     records = modify(healthy_records(12), 30, policy__clipfrac=lambda k, old: 0.55)
-    assert_fires(table_of(records), "clipfrac_high", 32, tolerance=4)
+    return Trace(table_of(records), "clipfrac_high", 32, tolerance=4)
 
 
-def test_approxkl_high():
+@firing_trace("approxkl_high")
+def approxkl_high():
     records = modify(healthy_records(13), 30, policy__approxkl=lambda k, old: 0.8)
-    assert_fires(table_of(records), "approxkl_high", 32, tolerance=4)
+    return Trace(table_of(records), "approxkl_high", 32, tolerance=4)
 
 
-def test_value_explained_variance_negative():
+@firing_trace("value_explained_variance_low")
+def value_explained_variance_negative():
     records = modify(healthy_records(14), 30, value__explained_variance=lambda k, old: -1.5)
-    assert_fires(table_of(records), "value_explained_variance_low", 32, tolerance=5)
+    return Trace(table_of(records), "value_explained_variance_low", 32, tolerance=5)
 
 
-def test_non_finite_values():
+@firing_trace("non_finite")
+def non_finite_values():
     records = modify(healthy_records(15), 33, policy__loss=lambda k, old: float("nan") if k < 2 else old)
-    assert_fires(table_of(records), "non_finite", 33, tolerance=0)
+    return Trace(table_of(records), "non_finite", 33, tolerance=0)
 
 
-def test_updates_skipped():
+@firing_trace("updates_skipped")
+def updates_skipped():
     records = modify(healthy_records(24), 0, guard__skipped_updates=lambda k, old: 0.0)
     records = modify(records, 45, guard__skipped_updates=lambda k, old: 4.0 if k < 3 else 0.0)
-    assert_fires(table_of(records), "updates_skipped", 45, tolerance=0)
+    return Trace(table_of(records), "updates_skipped", 45, tolerance=0)
 
 
-def test_grad_norm_spikes():
+@firing_trace("grad_norm_spikes")
+def grad_norm_spikes():
     records = modify(healthy_records(16), 40, policy__grad_norm=lambda k, old: 50.0 if k % 10 == 0 else old)
-    assert_fires(table_of(records), "grad_norm_spikes", 40, tolerance=0)
+    return Trace(table_of(records), "grad_norm_spikes", 40, tolerance=0)
 
 
-def test_responses_never_end():
+@firing_trace("responses_never_end")
+def responses_never_end():
     records = modify(healthy_records(18), 30, response__eos_rate=lambda k, old: 0.0,
                      response__length_mean=lambda k, old: 32.0)
     # The EOS rate falls 1 -> 0 at step 30: the 3-point mean is below 0.5 from step 31.
-    assert_fires(table_of(records), "responses_never_end", 31, tolerance=2,
+    return Trace(table_of(records), "responses_never_end", 31, tolerance=2,
                  allowed={"reward_hacking_proxy"})
 
 
-def test_prompts_narrow():
+@firing_trace("prompts_narrow")
+def prompts_narrow():
     records = modify(healthy_records(19), 0, prompts__unique_frac=lambda k, old: 1 / 64)
-    assert_fires(table_of(records), "prompts_narrow", 0, tolerance=2)
+    return Trace(table_of(records), "prompts_narrow", 0, tolerance=2)
 
 
-@pytest.mark.parametrize(
-    "rm_end, rule",
-    [
-        ({"rm/val_acc": 0.52, "rm/gold_agreement": 0.55}, "rm_weak"),
-        ({"rm/val_acc": 0.70}, "rm_overfit"),
-        ({"rm/length_corr": 0.8}, "rm_length_bias"),
-    ],
-)
-def test_reward_model_rules(rm_end, rule):
+def rm_trace(rule: str, rm_end: dict, train_acc: float | None = None) -> Trace:
     rm = [dict(RM_HEALTHY[0]), dict(RM_HEALTHY[1])]
-    if rule == "rm_overfit":
-        rm[0]["rm/train_acc"] = rm[1]["rm/train_acc"] = 0.97
-    if rule == "rm_weak":  # weak everywhere, not overfit
-        rm[0]["rm/train_acc"] = rm[1]["rm/train_acc"] = 0.55
+    if train_acc is not None:
+        rm[0]["rm/train_acc"] = rm[1]["rm/train_acc"] = train_acc
     rm[1].update(rm_end)
-    assert_fires(table_of(healthy_records(17), rm=rm), rule, 0, tolerance=0)
+    return Trace(table_of(healthy_records(17), rm=rm), rule, 0, tolerance=0)
 
 
-def test_every_rule_is_covered_by_a_test_here():
-    covered = {"kl_explosion", "kl_negative", "kl_controller_wrong_way", "entropy_collapse", "diversity_collapse",
-               "identical_responses", "reward_hacking_gold", "reward_hacking_proxy", "proxy_out_of_range",
-               "ratio_off", "clipfrac_high", "approxkl_high", "value_explained_variance_low", "non_finite",
-               "grad_norm_spikes", "rm_weak", "rm_overfit", "rm_length_bias", "responses_never_end",
-               "prompts_narrow", "updates_skipped"}
-    assert covered == set(RULE_NAMES)
+# Weak everywhere (not overfit); overfit; scoring length.
+firing_trace("rm_weak")(lambda: rm_trace("rm_weak", {"rm/val_acc": 0.52, "rm/gold_agreement": 0.55}, 0.55))
+firing_trace("rm_overfit")(lambda: rm_trace("rm_overfit", {"rm/val_acc": 0.70}, 0.97))
+firing_trace("rm_length_bias")(lambda: rm_trace("rm_length_bias", {"rm/length_corr": 0.8}))
 
 
 def test_missing_metrics_are_reported_not_guessed():
@@ -304,36 +366,42 @@ def test_missing_metrics_are_reported_not_guessed():
 def test_kl_explosion_blames_a_zero_coefficient_first():
     records = modify(healthy_records(1), 0, kl__coef=lambda k, old: 0.0)
     records = modify(records, 40, kl__mean=lambda k, old: old + 2 * math.exp(0.12 * k) - 2)
-    finding = next(f for f in diagnose(table_of(records)).findings if f.rule == "kl_explosion")
+    diagnosis = diagnose(table_of(records, trainer="rlhflab"))
+    finding = next(f for f in diagnosis.findings if f.rule == "kl_explosion")
     assert finding.causes[0].component == "kl_control"
-    assert finding.fix.overrides == {"ppo.kl_coef": "0.2"}
-    assert finding.verify_command("RUN") == "rlhflab verify RUN --fix ppo.kl_coef=0.2"
+    assert finding.fix.changes == (Change("kl_coef", "set", 0.2),)
+    assert verify_command(diagnosis, finding) == "rlhflab verify synthetic --fix ppo.kl_coef=0.2"
+    # The same finding in another trainer's log speaks that trainer's language.
+    diagnosis = diagnose(table_of(records, trainer="trl"))
+    finding = next(f for f in diagnosis.findings if f.rule == "kl_explosion")
+    assert render_change("trl", finding.fix.changes[0]) == "PPOConfig.kl_coef=0.2"
+    assert verify_command(diagnosis, finding).startswith("rerun with PPOConfig.kl_coef=0.2")
 
 
 def test_large_steps_are_blamed_on_hyperparameters():
-    config = load_config("demo")
     records = modify(healthy_records(1), 40, kl__mean=lambda k, old: old + 2 * math.exp(0.12 * k) - 2)
     records = modify(records, 0, policy__approxkl=lambda k, old: 0.5, policy__clipfrac=lambda k, old: 0.4)
-    finding = next(f for f in diagnose(table_of(records, config=config)).findings if f.rule == "kl_explosion")
+    finding = next(f for f in diagnose(table_of(records, **DEMO)).findings if f.rule == "kl_explosion")
     assert finding.causes[0].component == "ppo_hyperparameters"
-    assert finding.fix.overrides == {"ppo.lr": f"{config.ppo.lr / 10:.2g}"}
+    assert finding.fix.changes == (Change("lr", "set", 3e-5),)  # the run's 3e-4, 10x smaller
 
 
 def test_settings_outside_the_usual_range_are_blamed_with_their_fix():
     # A negative entropy coefficient explains a collapse of diversity, not the KL controller.
     records = modify(healthy_records(20), 40, response__identical_frac=lambda k, old: 0.6)
-    config = load_config("demo", overrides=["ppo.entropy_coef=-0.05"])
-    finding = next(f for f in diagnose(table_of(records, config=config)).findings if f.rule == "identical_responses")
+    settings = DEMO | {"entropy_coef": -0.05}
+    finding = next(f for f in diagnose(table_of(records, **settings)).findings if f.rule == "identical_responses")
     assert finding.causes[0].component == "ppo_hyperparameters"
-    assert finding.fix.overrides == {"ppo.entropy_coef": "0.0"}
+    assert finding.fix.changes == (Change("entropy_coef", "set", 0.0),)
     # A clip range that never clips explains a ratio far from 1.
     records = modify(healthy_records(21), 30, policy__ratio_mean=lambda k, old: 1.6)
-    config = load_config("demo", overrides=["ppo.clip_eps=1000"])
-    finding = next(f for f in diagnose(table_of(records, config=config)).findings if f.rule == "ratio_off")
+    finding = next(f for f in diagnose(table_of(records, **DEMO | {"clip_eps": 1000.0})).findings
+                   if f.rule == "ratio_off")
     assert finding.causes[0].component == "ppo_hyperparameters"
-    assert finding.fix.overrides == {"ppo.clip_eps": "0.2"}
+    assert finding.fix.changes == (Change("clip_eps", "set", 0.2),)
+    assert render_change("rlhflab", finding.fix.changes[0]) == "ppo.clip_eps=0.2"
     # With the usual settings the default ranking stands.
-    finding = next(f for f in diagnose(table_of(records, config=load_config("demo"))).findings if f.rule == "ratio_off")
+    finding = next(f for f in diagnose(table_of(records, **DEMO)).findings if f.rule == "ratio_off")
     assert finding.causes[0].component == "logprob_bookkeeping"
 
 

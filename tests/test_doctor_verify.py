@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from rlhflab.cli import app
 from rlhflab.config import ConfigError, config_from_run, load_config
 from rlhflab.pipeline import run_pipeline
-from rlhflab.ppo.trainer import run_ppo
+from rlhflab.ppo.run import run_ppo
 from rlhflab.runs import RunDir, read_jsonl
 
 OVERRIDES = ["ppo.kl_coef=0", "ppo.iterations=60"]
@@ -32,7 +32,8 @@ def test_no_kl_penalty_is_diagnosed_with_kl_control_first(verified):
     kl = [f for f in diagnosis["findings"] if f["symptom"] == "exploding_kl"]
     assert kl, [f["rule"] for f in diagnosis["findings"]]
     assert kl[0]["causes"][0]["component"] == "kl_control"
-    assert kl[0]["fix"]["overrides"] == {"ppo.kl_coef": "0.2"}
+    assert kl[0]["fix"]["changes"] == ["ppo.kl_coef=0.2"]
+    assert kl[0]["verify"] == f"rlhflab verify {before} --fix ppo.kl_coef=0.2"
     # The smoke preset's small RM is length-biased, so a reward-hacking finding may put the
     # reward model first; the missing KL penalty must still be among its causes.
     for finding in diagnosis["findings"]:

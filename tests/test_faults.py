@@ -9,10 +9,10 @@ from typer.testing import CliRunner
 
 from rlhflab.cli import app
 from rlhflab.config import ConfigError, load_config
-from rlhflab.faults.zoo import FAULTS, get_fault
+from rlhflab.faults.zoo import FAULTS, components_for, get_fault, with_fault
 from rlhflab.ppo.components import PPOComponents
-from rlhflab.ppo.trainer import compute_advantages, load_ppo_state
 from rlhflab.ppo.rollout import make_rollout
+from rlhflab.ppo.trainer import compute_advantages, load_ppo_state
 from rlhflab.seeding import torch_generator
 from rlhflab.worlds.reviews import ReviewsWorld
 
@@ -89,18 +89,21 @@ def test_reference_is_policy_shares_storage_and_inverted_controller_moves_the_wr
     state = load_ppo_state(load_config("smoke"), smoke_run, get_fault("ref_is_policy").components())
     assert state.reference is state.policy.lm
     controller = get_fault("adaptive_kl_inverted").components().make_kl_controller(
-        load_config("smoke", fault="adaptive_kl_inverted").ppo)
+        with_fault(load_config("smoke"), "adaptive_kl_inverted").ppo)
     before = controller.value
     controller.update(current_kl=100.0, n_steps=64)  # far above target: a correct controller raises beta
     assert controller.value < before
 
 
 def test_config_faults_are_recorded_and_resolved():
-    config = load_config("smoke", fault="lr_100x")
+    config = with_fault(load_config("smoke"), "lr_100x")
     assert config.fault == "lr_100x" and config.ppo.lr == pytest.approx(100 * load_config("smoke").ppo.lr)
-    assert load_config("smoke", fault="kl_coef_zero").ppo.kl_coef == 0.0
+    assert with_fault(load_config("smoke"), "kl_coef_zero").ppo.kl_coef == 0.0
     with pytest.raises(ConfigError, match="unknown fault 'nope'"):
-        load_config("smoke", fault="nope")
+        with_fault(load_config("smoke"), "nope")
+    # A fault named in a config file or override is checked where its components are chosen.
+    with pytest.raises(ConfigError, match="fault = 'nope': unknown fault"):
+        components_for(load_config("smoke", overrides=["fault=nope"]))
 
 
 def test_cli_faults_list_and_show():

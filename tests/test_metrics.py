@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections import Counter
 
 import pytest
@@ -321,23 +320,9 @@ def test_diversity_is_order_invariant(texts, seed):
     assert identical_fraction(shuffled) == identical_fraction(texts)
 
 
-def test_self_bleu_is_fast_enough():
-    rng = random.Random(0)
-    words = [f"w{i}" for i in range(300)]
-    texts = [" ".join(rng.choice(words) for _ in range(30)) for _ in range(64)]
-    best = min(_timed(self_bleu, texts) for _ in range(3))
-    assert best < 0.05
-
-
-def _timed(fn, *args) -> float:
-    start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
-
-
 def test_brute_force_helpers_agree_with_counter():
     # guard the test oracle itself
-    toks = "a b a b c".split()
+    toks = ["a", "b", "a", "b", "c"]
     assert Counter(brute_ngrams(toks, 2)) == Counter({("a", "b"): 2, ("b", "a"): 1, ("b", "c"): 1})
     assert brute_ngrams(toks, 5) == [tuple(toks)]
     assert brute_ngrams(toks, 6) == []

@@ -6,8 +6,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from rlhflab.runs import read_jsonl
 
 PPO_STEPS_COMPARED = 6

@@ -11,19 +11,24 @@ from typer.testing import CliRunner
 
 from rlhflab.cli import app
 from rlhflab.config import config_from_run, load_config
+from rlhflab.doctor.metrics import KNOWN, PPO_METRICS
+from rlhflab.models.lm import build_tiny_lm
+from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.trainer import load_ppo_state, ppo_iteration
-from rlhflab.ppo import losses
-from rlhflab.models.lm import build_tiny_lm
 from rlhflab.runs import RunDir, read_jsonl
 from rlhflab.seeding import derive_seed, torch_generator
 from rlhflab.worlds.reviews import ReviewsWorld
 
-CANONICAL_PPO_METRICS = """step reward/proxy_mean reward/proxy_std reward/gold_mean reward/total_mean kl/mean
-kl/k3_mean kl/coef policy/entropy policy/approxkl policy/clipfrac policy/ratio_mean policy/ratio_max
-policy/loss policy/grad_norm value/loss value/clipfrac value/explained_variance adv/mean adv/std
-response/length_mean response/eos_rate response/distinct_1 response/distinct_2 response/self_bleu lr
-time/rollout_s time/train_s tokens/generated""".split()
+# DESIGN.md's canonical PPO metrics, written out here as the contract a run must meet.
+CANONICAL_PPO_METRICS = [
+    "step", "reward/proxy_mean", "reward/proxy_std", "reward/gold_mean", "reward/total_mean", "kl/mean",
+    "kl/k3_mean", "kl/coef", "policy/entropy", "policy/approxkl", "policy/clipfrac", "policy/ratio_mean",
+    "policy/ratio_max", "policy/loss", "policy/grad_norm", "value/loss", "value/clipfrac",
+    "value/explained_variance", "adv/mean", "adv/std", "response/length_mean", "response/eos_rate",
+    "response/distinct_1", "response/distinct_2", "response/self_bleu", "lr", "time/rollout_s", "time/train_s",
+    "tokens/generated",
+]
 
 
 def test_run_directory_layout(smoke_run: RunDir):
@@ -56,6 +61,9 @@ def test_ppo_metrics_follow_the_schema(smoke_run: RunDir):
         assert not missing, missing
         assert all(record[k] is not None and math.isfinite(record[k]) for k in CANONICAL_PPO_METRICS)
     assert records[0]["kl/coef"] == config.ppo.kl_coef
+    # The doctor's registry knows every name the run logs, so none is reported as unknown.
+    assert set(CANONICAL_PPO_METRICS) - {"step"} == set(PPO_METRICS)
+    assert all(name in KNOWN for record in records for name in record if name != "step")
 
 
 def test_ppo_raised_gold_reward(smoke_run: RunDir):

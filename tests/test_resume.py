@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from rlhflab.cli import app
 from rlhflab.config import config_from_run, load_config
 from rlhflab.ppo.components import PPOComponents, standardise
-from rlhflab.ppo.trainer import run_ppo
+from rlhflab.ppo.run import run_ppo
 from rlhflab.runs import RunDir, read_jsonl
 
 ARGS = ["--preset", "smoke", "ppo.iterations=14", "ppo.checkpoint_every=3"]

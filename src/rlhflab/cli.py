@@ -1,25 +1,34 @@
-"""The `rlhflab` command line: parse, load the config, call a stage function."""
+"""The `rlhflab` command line: parse, load the config, call a stage function.
+
+Commands import what they need when they run: `rlhflab doctor` reads a log without
+loading the training stack (torch, transformers), which the stages import.
+"""
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from rlhflab.config import ConfigError, PipelineConfig, config_from_run, load_config, save_config
 from rlhflab.progress import console
+
+if TYPE_CHECKING:
+    from rlhflab.config import PipelineConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="A PPO-based RLHF pipeline you can see inside.")
 
 
-@app.callback()
-def _quiet_libraries() -> None:
-    """A PPO-based RLHF pipeline you can see inside."""
-    # Our own progress bars and tables say what happens; silence the per-load reports.
-    from transformers.utils import logging
-
+def _training_stack() -> None:
+    """Check that the training extra is installed; silence the libraries' per-load reports
+    (our own progress bars and tables say what happens)."""
+    try:
+        from transformers.utils import logging
+    except ImportError:
+        console.print("[red]error:[/red] this command trains or loads models and needs the training stack: "
+                      "pip install 'rlhflab[train]' (the doctor alone needs none of it)")
+        raise typer.Exit(2) from None
     logging.set_verbosity_error()
     logging.disable_progress_bar()
 
@@ -35,8 +44,11 @@ SkipInvalidOption = typer.Option(False, "--skip-invalid", help="Skip invalid dat
 
 def _config(preset: str, config_file: Optional[Path], overrides: Optional[list[str]],
             fault: Optional[str] = None, base: Optional[PipelineConfig] = None) -> PipelineConfig:
+    from rlhflab.config import ConfigError, load_config
+    from rlhflab.faults.zoo import with_fault
+
     try:
-        return load_config(preset, config_file, overrides or [], fault, base)
+        return with_fault(load_config(preset, config_file, overrides or [], base), fault)
     except ConfigError as err:
         console.print(f"[red]config error:[/red] {err}")
         raise typer.Exit(2) from None
@@ -66,6 +78,7 @@ def pipeline(
 ) -> None:
     """All three stages (on the embedded reviews world, or on your models and files given as
     data.* overrides), then the doctor and a summary."""
+    _training_stack()
     from rlhflab.faults.zoo import components_for
     from rlhflab.pipeline import print_summary, run_pipeline
 
@@ -89,6 +102,8 @@ def _stage_config(run: Path, preset: str, config_file: Optional[Path], overrides
                   fault: Optional[str] = None) -> PipelineConfig:
     """A stage run into an existing run directory starts from that run's config (then the
     config file and overrides); a new run directory starts from the preset."""
+    from rlhflab.config import ConfigError, config_from_run
+
     base = None
     if (run / "config.toml").is_file():
         try:
@@ -101,6 +116,8 @@ def _stage_config(run: Path, preset: str, config_file: Optional[Path], overrides
 
 def _run_sets_data(run, key: str) -> bool:
     """Whether an existing run's config sets `data.<key>` (its own model directory)."""
+    from rlhflab.config import ConfigError, config_from_run
+
     if not run.config.is_file():
         return False
     try:
@@ -130,7 +147,7 @@ def _resume_config(run: Path, overrides, config_file, fault) -> PipelineConfig:
 @contextmanager
 def _interruptible():
     """SIGINT/SIGTERM during PPO: the trainer saved a checkpoint; say how to go on."""
-    from rlhflab.ppo.trainer import Interrupted
+    from rlhflab.ppo.run import Interrupted
 
     try:
         yield
@@ -164,6 +181,8 @@ def pretrain(
     quiet: bool = typer.Option(False, "--quiet"),
 ) -> None:
     """Stage 1: the tiny causal LM on the world's corpus, or SFT of your model on your file."""
+    _training_stack()
+    from rlhflab.config import save_config
     from rlhflab.runs import RunDir
     from rlhflab.stages.pretrain import run_pretrain
 
@@ -188,6 +207,8 @@ def reward(
     quiet: bool = typer.Option(False, "--quiet"),
 ) -> None:
     """Stage 2: the reward model, on labelled comparisons of stage-1 samples or on your preference file."""
+    _training_stack()
+    from rlhflab.config import save_config
     from rlhflab.runs import RunDir
     from rlhflab.stages.reward import run_reward
 
@@ -222,8 +243,10 @@ def ppo(
     quiet: bool = typer.Option(False, "--quiet"),
 ) -> None:
     """Stage 3: PPO against the reward model with a KL penalty to the starting policy."""
+    _training_stack()
+    from rlhflab.config import save_config
     from rlhflab.faults.zoo import components_for
-    from rlhflab.ppo.trainer import run_ppo
+    from rlhflab.ppo.run import run_ppo
     from rlhflab.runs import RunDir
 
     data = _data_overrides(policy=policy, reward_model=reward_model, prompts=prompts, skip_invalid=skip_invalid)
@@ -247,9 +270,12 @@ def ppo(
                               resume=resume is not None, cluster=Cluster.from_environment()))
 
 
-def print_diagnosis(diagnosis, run_name: str) -> None:
-    """The findings as a rich table, then each one's causes, fix and verification command."""
+def print_diagnosis(diagnosis) -> None:
+    """The findings as a rich table, then each one's causes, fix (in the vocabulary of the
+    trainer that wrote the log) and how to verify it."""
     from rich.table import Table
+
+    from rlhflab.doctor.formats import render_change, verify_command
 
     if diagnosis.healthy:
         console.print(f"[green]no finding[/green]: {diagnosis.source} looks healthy ({diagnosis.steps} steps)")
@@ -267,62 +293,87 @@ def print_diagnosis(diagnosis, run_name: str) -> None:
                 observed = ", ".join(f"{k}={v:.4g}" for k, v in e.observed.items())
                 console.print(f"  evidence: {e.metric} {observed}; threshold: {e.threshold} [dim]({e.source})[/dim]")
             for rank, c in enumerate(f.causes, start=1):
-                fix = f" -> fix {c.fix.arguments()}" if c.fix else ""
+                fix = (" -> fix " + ", ".join(render_change(diagnosis.trainer, ch) for ch in c.fix.changes)
+                       if c.fix else "")
                 console.print(f"  {rank}. {c.component}: {c.explanation}{fix}")
-            console.print(f"  verify: {f.verify_command(run_name)}")
+            console.print(f"  verify: {verify_command(diagnosis, f)}")
     if diagnosis.skipped:
         console.print("[dim]not run for lack of metrics: "
                       + "; ".join(f"{r} (needs {', '.join(m)})" for r, m in diagnosis.skipped.items()) + "[/dim]")
     if diagnosis.unknown_metrics:
         console.print("[dim]metrics not understood: " + ", ".join(diagnosis.unknown_metrics) + "[/dim]")
+    for note in diagnosis.notes:
+        console.print(f"[dim]note: {note}[/dim]")
 
 
-def _parse_mapping(items: Optional[list[str]]) -> dict[str, str]:
-    mapping = {}
-    for item in items or []:
-        if "=" not in item:
-            console.print(f"[red]error:[/red] --map {item!r}: expected THEIR_NAME=canonical/name")
-            raise typer.Exit(2)
-        theirs, ours = item.split("=", 1)
-        mapping[theirs] = ours
-    return mapping
+def _list_formats() -> None:
+    from rich.table import Table
+
+    from rlhflab.doctor.formats import FORMATS
+
+    table = Table(title="log formats (recognised by content, in this order; force one with --format NAME)")
+    for column in ("name", "reads", "names mapped"):
+        table.add_column(column)
+    for fmt in FORMATS:
+        table.add_row(fmt.name, fmt.description, str(len(fmt.columns)) if fmt.columns else "canonical (+ --map)")
+    console.print(table)
 
 
 @app.command()
 def doctor(
-    path: Path = typer.Argument(..., help="Run directory, trainer_state.json, TensorBoard dir, .csv or .jsonl"),
+    path: Optional[Path] = typer.Argument(None, help="Run directory, trainer_state.json, TensorBoard dir, .csv or "
+                                          ".jsonl"),
     json_output: bool = typer.Option(False, "--json", help="Print diagnosis.json instead of the table."),
-    mapping: Optional[list[str]] = typer.Option(None, "--map", help="Rename a column: THEIRS=canonical/name"),
+    mapping: Optional[list[str]] = typer.Option(None, "--map", help="THEIRS=canonical/name (THEIRS=step names the "
+                                                "step column), or a .toml mapping file that can also give units"),
+    format_name: Optional[str] = typer.Option(None, "--format", help="Read the log with this format "
+                                              "(see --list-formats) instead of recognising it."),
+    list_formats: bool = typer.Option(False, "--list-formats", help="List the log formats and exit."),
+    rules_doc: Optional[Path] = typer.Option(None, "--rules-doc", help="Rewrite the rule table in this markdown "
+                                             "file (docs/doctor.md) from the rule registry, and exit."),
 ) -> None:
     """Diagnose a run or another trainer's log: findings, evidence, ranked causes, fixes."""
     import json
 
-    from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
-    from rlhflab.doctor.readers import LogFormatError
+    from rlhflab.doctor.diagnose import diagnose_path, diagnosis_json, write_diagnosis
+    from rlhflab.doctor.formats import LogFormatError
+    from rlhflab.doctor.formats.mapping import parse_map_options
 
+    if list_formats:
+        _list_formats()
+        return
+    if rules_doc is not None:
+        from rlhflab.doctor.ruledoc import write_rules_doc
+
+        write_rules_doc(rules_doc)
+        console.print(f"wrote the rule table of {rules_doc}")
+        return
+    if path is None:
+        console.print("[red]error:[/red] give a log to diagnose (or --list-formats)")
+        raise typer.Exit(2)
     try:
-        diagnosis = diagnose_path(path, _parse_mapping(mapping))
+        diagnosis = diagnose_path(path, parse_map_options(mapping), format_name)
     except LogFormatError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
-    if path.is_dir() and (path / "metrics" / "ppo.jsonl").is_file():
+    if diagnosis.trainer == "rlhflab":
         write_diagnosis(diagnosis, path / "diagnosis.json")
     if json_output:
-        typer.echo(json.dumps(diagnosis.to_json(), indent=2))
+        typer.echo(json.dumps(diagnosis_json(diagnosis), indent=2))
     else:
-        print_diagnosis(diagnosis, str(path))
+        print_diagnosis(diagnosis)
 
 
 @app.command()
 def report(run: Path = typer.Argument(..., help="Run directory")) -> None:
     """(Re)write RUN/report.html: curves, findings with onsets, samples."""
     from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
-    from rlhflab.doctor.readers import LogFormatError, read_run
+    from rlhflab.doctor.formats import LogFormatError, read_log
     from rlhflab.doctor.report import write_report
 
     try:
-        diagnosis = diagnose_path(run)
-        table = read_run(run)
+        diagnosis = diagnose_path(run, format_name="rlhflab")
+        table = read_log(run, format_name="rlhflab")
     except LogFormatError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
@@ -338,9 +389,11 @@ def verify(
     quiet: bool = typer.Option(False, "--quiet"),
 ) -> None:
     """Rerun RUN's config with the same seeds and the fix; compare the diagnoses."""
+    _training_stack()
     from rich.table import Table
 
-    from rlhflab.doctor.verify import verify as run_verify
+    from rlhflab.config import ConfigError
+    from rlhflab.verify import verify as run_verify
 
     if not (run / "config.toml").is_file():
         console.print(f"[red]error:[/red] {run}/config.toml not found: not an rlhflab run directory")
@@ -383,9 +436,10 @@ def checkup(
 
     On a run directory: `rlhflab checkup RUN` (writes RUN/checkup.json). On your own models:
     `rlhflab checkup --policy DIR --reward-model DIR --prompts FILE [--pairs FILE] [k=v ...]`."""
+    _training_stack()
     from rich.table import Table
 
-    from rlhflab.doctor.probes import run_checkup
+    from rlhflab.checkup import run_checkup
     from rlhflab.faults.zoo import components_for
     from rlhflab.runs import RunDir
 
@@ -447,6 +501,7 @@ def faults_show(name: str = typer.Argument(..., help="Fault name")) -> None:
     """One fault in full, with what it replaces and its config."""
     import inspect
 
+    from rlhflab.config import load_config
     from rlhflab.faults.zoo import get_fault
 
     try:
@@ -474,6 +529,7 @@ def faults_bench(
                                  "without training them (after a change to the doctor or the checkup)."),
 ) -> None:
     """Run the healthy pipeline and every fault, then the checkup and the doctor; score them."""
+    _training_stack()
     from rlhflab.faults.bench import run_bench
 
     command = "rlhflab faults bench --preset " + preset + "".join(f" --seed {s}" for s in seeds) + "".join(

@@ -10,14 +10,16 @@ default included, is written to `RUN/config.toml`.
 from __future__ import annotations
 
 import math
-import tomllib
 import types
 import typing
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Optional, Union, get_args, get_origin
 
-from rlhflab.worlds.reviews import WorldConfig
+import tomllib
+
+from rlhflab.doctor.rules import RULE_NAMES
+from rlhflab.worlds.reviews.config import WorldConfig
 
 
 class ConfigError(ValueError):
@@ -105,7 +107,8 @@ class PPOConfig:
     lr: float = 3e-4
     """Adam learning rate of policy and value head (constant)."""
     kl_coef: float = 0.2
-    """Initial KL penalty coefficient beta per nat (fixed unless kl_target is set); rewards are standardised, so it is relative to one reward std."""
+    """Initial KL penalty coefficient beta per nat (fixed unless kl_target is set); rewards are standardised,
+    so it is relative to one reward std."""
     kl_target: Optional[float] = None
     """Target per-sequence KL in nats; when set, beta adapts (Ziegler et al. 2019)."""
     kl_horizon: int = 10000
@@ -145,7 +148,8 @@ class PPOConfig:
     max_nonfinite_iterations: int = 3
     """Iterations in a row with a skipped (NaN/Inf) update after which the run stops with a checkpoint."""
     stop_on: str = ""
-    """Comma-separated doctor rules (e.g. kl_explosion,reward_hacking_gold) that stop the run, with a checkpoint and the diagnosis, when they fire."""
+    """Comma-separated doctor rules (e.g. kl_explosion,reward_hacking_gold) that stop the run, with a
+    checkpoint and the diagnosis, when they fire."""
 
 
 @dataclass(frozen=True)
@@ -364,11 +368,6 @@ def _unknown(key: str, source: str, known: list[str]) -> str:
 
 def _check_consistency(config: PipelineConfig) -> None:
     ppo, pre = config.ppo, config.pretrain
-    if config.fault:
-        from rlhflab.faults.zoo import BY_NAME
-
-        if config.fault not in BY_NAME:
-            raise ConfigError(f"fault = {config.fault!r}: unknown fault; known: {', '.join(BY_NAME)}")
     if ppo.batch_size % ppo.minibatches:
         raise ConfigError(
             f"ppo.batch_size = {ppo.batch_size} must be divisible by ppo.minibatches = {ppo.minibatches}"
@@ -376,8 +375,6 @@ def _check_consistency(config: PipelineConfig) -> None:
     if config.reward.responses_per_prompt < 2:
         raise ConfigError(f"reward.responses_per_prompt = {config.reward.responses_per_prompt}: expected at least 2")
     if ppo.stop_on:
-        from rlhflab.doctor.rules import RULE_NAMES
-
         unknown = [r for r in stop_rules(ppo) if r not in RULE_NAMES]
         if unknown:
             raise ConfigError(f"ppo.stop_on: unknown rule(s) {', '.join(unknown)}; known: {', '.join(RULE_NAMES)}")
@@ -419,12 +416,10 @@ def load_config(
     preset: str = "demo",
     config_file: Path | None = None,
     overrides: list[str] | dict[str, Any] | None = None,
-    fault: str | None = None,
     base: PipelineConfig | None = None,
 ) -> PipelineConfig:
     """Defaults, then the preset (or `base`, e.g. an existing run's config), then the TOML
-    file, then the dotted overrides; then a fault's own config (it sets its component's
-    keys, so it comes last)."""
+    file, then the dotted overrides. (A fault's own config comes last: `faults.zoo.with_fault`.)"""
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
     config = base or apply_overrides(PipelineConfig(), PRESETS[preset], source=f"preset {preset}")
@@ -433,14 +428,6 @@ def load_config(
     if overrides:
         pairs = overrides if isinstance(overrides, dict) else dict(parse_override(o) for o in overrides)
         config = apply_overrides(config, pairs, source="override")
-    if fault:
-        from rlhflab.faults.zoo import get_fault
-
-        try:
-            chosen = get_fault(fault)
-        except KeyError as err:
-            raise ConfigError(str(err.args[0])) from None
-        config = apply_overrides(config, {"fault": fault, **chosen.config(config)}, source=f"fault {fault}")
     return config
 
 

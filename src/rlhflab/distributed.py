@@ -26,7 +26,6 @@ import torch.distributed as dist
 from accelerate import PartialState
 from torch import Tensor
 
-
 SUPPORTED_DEVICE_TYPES = ("cpu", "cuda")
 
 

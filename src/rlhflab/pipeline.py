@@ -5,20 +5,80 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from rich.table import Table
 
 from rlhflab.config import PipelineConfig, save_config
 from rlhflab.distributed import Cluster
 from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
-from rlhflab.doctor.readers import read_run
+from rlhflab.doctor.formats import read_log
 from rlhflab.doctor.report import write_report
 from rlhflab.ppo.components import PPOComponents
-from rlhflab.ppo.trainer import run_ppo
+from rlhflab.ppo.run import run_ppo
 from rlhflab.progress import console
 from rlhflab.runs import RunDir, read_json, write_json
 from rlhflab.stages.pretrain import run_pretrain
 from rlhflab.stages.reward import run_reward
+
+
+@dataclass(frozen=True)
+class StageContext:
+    config: PipelineConfig
+    run: RunDir
+    components: PPOComponents
+    show_progress: bool
+    cluster: Cluster
+    resume: bool
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the pipeline, as `rlhflab pipeline`, `rlhflab verify` and the faults
+    bench run it."""
+
+    name: str  # its config section and metrics file
+    summary_key: str  # where its result goes in RUN/summary.json
+    outputs: tuple[str, ...]  # run-directory entries it writes; the last one marks it complete
+    run: Callable[[StageContext], dict]
+    main_only: bool = False  # under torchrun, only the first process runs it; the others wait
+    resumes_itself: bool = False  # continues from its own checkpoint rather than being skipped
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("pretrain", "pretrain", ("world", "stage1_lm"),
+          lambda c: asdict(run_pretrain(c.config, c.run, c.show_progress)), main_only=True),
+    Stage("reward", "reward", ("stage2_rm",), lambda c: asdict(run_reward(c.config, c.run, c.show_progress, c.cluster))),
+    Stage("ppo", "eval", ("stage3_policy",),
+          lambda c: run_ppo(c.config, c.run, c.components, c.show_progress, resume=c.resume, cluster=c.cluster),
+          resumes_itself=True),
+)
+STAGE_NAMES = tuple(stage.name for stage in STAGES)
+
+
+def run_stages(context: StageContext, first: str = STAGE_NAMES[0]) -> tuple[dict, dict[str, float]]:
+    """The stages from `first` on, into `context.run`: their results (by summary key) and
+    seconds. With `context.resume`, a stage whose output is complete and whose result is
+    in RUN/summary.json is kept; PPO continues from its checkpoint."""
+    run, cluster = context.run, context.cluster
+    previous = read_json(run.summary) if context.resume and run.summary.is_file() else {}
+    results, timings = {}, {}
+    for stage in STAGES[STAGE_NAMES.index(first):]:
+        start = time.perf_counter()
+        complete = (run.root / stage.outputs[-1]).is_dir() and stage.summary_key in previous
+        if context.resume and complete and not stage.resumes_itself:
+            result = previous[stage.summary_key]
+        else:
+            result = stage.run(context) if cluster.is_main or not stage.main_only else {}
+            if not stage.resumes_itself:
+                previous[stage.summary_key] = result
+                if cluster.is_main:
+                    write_json(run.summary, previous)
+        if stage.main_only:
+            cluster.barrier()
+        results[stage.summary_key] = result
+        timings[f"{stage.name}_s"] = time.perf_counter() - start
+    return results, timings
 
 
 @dataclass(frozen=True)
@@ -40,44 +100,18 @@ def run_pipeline(
     Under torchrun, stage 1 runs on the first process only (the others wait for its
     model), stages 2 and 3 on all (distributed.py), the doctor on the first."""
     run = RunDir(Path(out))
-    writer = cluster.is_main
-    if writer:
+    if cluster.is_main:
         run.create()
         save_config(config, run.config)
-    previous = read_json(run.summary) if resume and run.summary.is_file() else {}
-    timings = {}
-    start = time.perf_counter()
-    if resume and run.stage1_lm.is_dir() and "pretrain" in previous:
-        pre = previous["pretrain"]
-    else:
-        pre = asdict(run_pretrain(config, run, show_progress)) if writer else {}
-        previous["pretrain"] = pre
-        if writer:
-            write_json(run.summary, previous)
-    cluster.barrier()
-    timings["pretrain_s"] = time.perf_counter() - start
-    start = time.perf_counter()
-    if resume and run.stage2_rm.is_dir() and "reward" in previous:
-        rm = previous["reward"]
-    else:
-        rm = asdict(run_reward(config, run, show_progress, cluster))
-        previous["reward"] = rm
-        if writer:
-            write_json(run.summary, previous)
-    timings["reward_s"] = time.perf_counter() - start
-    start = time.perf_counter()
-    evaluation = run_ppo(config, run, components, show_progress, resume=resume, cluster=cluster)
-    timings["ppo_s"] = time.perf_counter() - start
-    if not writer:
+    results, timings = run_stages(StageContext(config, run, components, show_progress, cluster, resume))
+    if not cluster.is_main:
         return PipelineResult(run, {})
     diagnosis = diagnose_path(run.root)
     write_diagnosis(diagnosis, run.diagnosis)
-    write_report(run.root, read_run(run.root), diagnosis)
+    write_report(run.root, read_log(run.root), diagnosis)
     summary = {
         "findings": [f.rule for f in diagnosis.findings],
-        "pretrain": pre,
-        "reward": rm,
-        "eval": evaluation,
+        **results,
         "time": timings | {"total_s": sum(timings.values())},
     }
     write_json(run.summary, summary)

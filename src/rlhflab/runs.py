@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Protocol
@@ -151,10 +151,8 @@ def stage_logger(run: RunDir, stage: str, tensorboard: bool = True, append: bool
         return NullLogger()
     loggers: list[MetricsLogger] = [JsonlLogger(run.metrics(stage), append)]
     if tensorboard:
-        try:
+        with suppress(ImportError):  # tensorboard is optional
             loggers.append(TensorBoardLogger(run.tensorboard(stage)))
-        except ImportError:
-            pass
     return MultiLogger(*loggers)
 
 

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
-import json
+from dataclasses import asdict
 from pathlib import Path
 
 from rlhflab.doctor.causes import CheckupVerdict, rank_causes
 from rlhflab.doctor.findings import Diagnosis, Evidence, Finding
-from rlhflab.doctor.readers import read_log
+from rlhflab.doctor.formats import UserMapping, read_log, render_fix, verify_command
+from rlhflab.doctor.formats.rlhflab import read_checkup
 from rlhflab.doctor.rules import RULES, Rule
 from rlhflab.doctor.table import MetricTable
 from rlhflab.runs import write_json
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
+# Failed checkup probes are a finding of their own (not a rule over the metrics): a probe
+# that fails has caught a bug in its component whether or not training shows a symptom.
+CHECKUP_RULE = "checkup_probe_failed"
 
 
 def diagnose(table: MetricTable, rules: tuple[Rule, ...] = RULES,
              checkup: CheckupVerdict | None = None) -> Diagnosis:
     """Findings sorted by severity then onset; rules lacking a metric are listed as skipped."""
-    diagnosis = Diagnosis(table.source, unknown_metrics=list(table.unknown))
+    diagnosis = Diagnosis(table.source, unknown_metrics=list(table.unknown), notes=list(table.notes),
+                          trainer=table.settings.trainer)
     ppo = table.get("kl/mean") or table.get("reward/proxy_mean")
     diagnosis.steps = len(ppo) if ppo is not None else 0
     for rule in rules:
@@ -31,20 +36,16 @@ def diagnose(table: MetricTable, rules: tuple[Rule, ...] = RULES,
             continue
         diagnosis.findings.append(Finding(
             rule.name, rule.symptom, detection.severity, detection.title, detection.onset_step,
-            detection.evidence, tuple(rank_causes(rule.name, table, checkup)),
+            detection.evidence, tuple(rank_causes(rule.causes, rule.clues, table, checkup)),
         ))
     diagnosis.findings.extend(checkup_findings(table, checkup))
     diagnosis.findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.onset_step))
     return diagnosis
 
 
-CHECKUP_RULE = "checkup_probe_failed"
-
-
 def checkup_findings(table: MetricTable, checkup: CheckupVerdict | None) -> list[Finding]:
-    """A finding for failed checkup probes: a probe that fails has caught a bug in its
-    component whether or not training has shown a symptom yet. The components are ranked
-    as for any finding, the most specific failed probe's first."""
+    """A finding for failed checkup probes; the components are ranked as for any finding,
+    the most specific failed probe's first."""
     if checkup is None or not checkup.failed:
         return []
     evidence = []
@@ -52,24 +53,35 @@ def checkup_findings(table: MetricTable, checkup: CheckupVerdict | None) -> list
         record = checkup.records.get(probe, {})
         evidence.append(Evidence(f"checkup/{probe}", 0, {"measured": record.get("measured", float("nan"))},
                                  f"{record.get('detail', probe)} {record.get('tolerance', '')}".strip(),
-                                 "rlhflab checkup (doctor/probes.py)"))
+                                 "rlhflab checkup (rlhflab/checkup/)"))
     title = f"checkup: {len(evidence)} probe(s) failed ({', '.join(checkup.failed)})"
     return [Finding(CHECKUP_RULE, "component_bug", "high", title, 0, tuple(evidence),
-                    tuple(rank_causes(CHECKUP_RULE, table, checkup)))]
+                    tuple(rank_causes((), (), table, checkup)))]
 
 
-def read_checkup(run_dir: Path) -> CheckupVerdict | None:
-    """A run's checkup results (`checkup.json`), or None when it has none."""
-    path = Path(run_dir) / "checkup.json"
-    if not path.is_file():
-        return None
-    return CheckupVerdict.from_probes(json.loads(path.read_text()).get("probes", []))
-
-
-def diagnose_path(path: Path, mapping: dict[str, str] | None = None) -> Diagnosis:
-    table = read_log(Path(path), mapping)
+def diagnose_path(path: Path, mapping: UserMapping | None = None, format_name: str | None = None) -> Diagnosis:
+    """Read a log (its format detected, or forced) and diagnose it, with the run's
+    checkup when it is a run directory that has one."""
+    table = read_log(Path(path), mapping, format_name)
     return diagnose(table, checkup=read_checkup(Path(path)) if Path(path).is_dir() else None)
 
 
+def diagnosis_json(diagnosis: Diagnosis) -> dict:
+    """`diagnosis.json`: the findings with each fix rendered in the log's trainer's vocabulary."""
+    return {
+        "source": diagnosis.source,
+        "trainer": diagnosis.trainer,
+        "steps": diagnosis.steps,
+        "healthy": diagnosis.healthy,
+        "findings": [
+            asdict(f) | {"fix": render_fix(diagnosis.trainer, f.fix), "verify": verify_command(diagnosis, f)}
+            for f in diagnosis.findings
+        ],
+        "skipped_rules": diagnosis.skipped,
+        "unknown_metrics": diagnosis.unknown_metrics,
+        "notes": diagnosis.notes,
+    }
+
+
 def write_diagnosis(diagnosis: Diagnosis, path: Path) -> None:
-    write_json(Path(path), diagnosis.to_json())
+    write_json(Path(path), diagnosis_json(diagnosis))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Literal, Union
 
 Symptom = Literal["exploding_kl", "mode_collapse", "reward_hacking", "ppo_instability", "reward_model",
                   "responses", "prompt_data", "component_bug"]
@@ -12,6 +12,7 @@ Component = Literal[
     "kl_control", "ppo_hyperparameters", "advantages_values", "logprob_bookkeeping",
     "reward_model", "reward_scaling", "prompt_data", "sampling",
 ]
+SettingValue = Union[float, int, bool, str, None]
 
 
 @dataclass(frozen=True)
@@ -26,14 +27,21 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class Change:
+    """One setting to change: a `RunSettings` field, and the value to set when the log
+    tells enough to propose one (None with direction "set" means unset), else a direction."""
+
+    setting: str
+    direction: Literal["set", "increase", "decrease"]
+    value: SettingValue = None
+
+
+@dataclass(frozen=True)
 class Fix:
-    """A config change that should remove the symptom, and why."""
+    """Setting changes that should remove the symptom, and why."""
 
-    overrides: dict[str, str]  # dotted keys -> values, as on the command line
+    changes: tuple[Change, ...]
     text: str
-
-    def arguments(self) -> str:
-        return " ".join(f"--fix {k}={v}" for k, v in self.overrides.items())
 
 
 @dataclass(frozen=True)
@@ -57,12 +65,6 @@ class Finding:
     def fix(self) -> Fix | None:
         return next((c.fix for c in self.causes if c.fix is not None), None)
 
-    def verify_command(self, run: str) -> str:
-        fix = self.fix
-        if fix is None:
-            return f"rlhflab checkup {run}"
-        return f"rlhflab verify {run} {fix.arguments()}"
-
 
 @dataclass
 class Diagnosis:
@@ -70,21 +72,10 @@ class Diagnosis:
     findings: list[Finding] = field(default_factory=list)
     skipped: dict[str, list[str]] = field(default_factory=dict)  # rule -> metrics it lacked
     unknown_metrics: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # unit conversions made, or not
     steps: int = 0
+    trainer: str = "unknown"  # the format that read the log: fixes are rendered in its vocabulary
 
     @property
     def healthy(self) -> bool:
         return not self.findings
-
-    def to_json(self) -> dict:
-        return {
-            "source": self.source,
-            "steps": self.steps,
-            "healthy": self.healthy,
-            "findings": [
-                asdict(f) | {"fix": asdict(f.fix) if f.fix else None, "verify": f.verify_command(self.source)}
-                for f in self.findings
-            ],
-            "skipped_rules": self.skipped,
-            "unknown_metrics": self.unknown_metrics,
-        }

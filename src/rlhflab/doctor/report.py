@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from rlhflab.doctor.findings import Diagnosis
+from rlhflab.doctor.formats import render_change, verify_command
 from rlhflab.doctor.table import MetricTable
 from rlhflab.runs import RunDir, read_jsonl
 
@@ -32,9 +33,14 @@ def _png(fig) -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
-def plot_panels(table: MetricTable, diagnosis: Diagnosis, compare: MetricTable | None = None) -> list[tuple[str, str]]:
-    """(title, base64 PNG) per panel that has data; finding onsets drawn as vertical lines."""
-    import matplotlib
+def plot_panels(table: MetricTable, diagnosis: Diagnosis,
+                compare: MetricTable | None = None) -> list[tuple[str, str]] | None:
+    """(title, base64 PNG) per panel that has data; finding onsets drawn as vertical lines.
+    None when matplotlib is not installed (the doctor installs without it)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -86,7 +92,14 @@ def _samples_section(run: RunDir) -> str:
             + "".join(rows) + "</table>")
 
 
-def _findings_section(diagnosis: Diagnosis, run_name: str) -> str:
+def _fix_text(diagnosis: Diagnosis, cause) -> str:
+    if cause.fix is None:
+        return ""
+    changes = ", ".join(render_change(diagnosis.trainer, c) for c in cause.fix.changes)
+    return f" <i>fix: {html.escape(changes)}</i> ({html.escape(cause.fix.text)})"
+
+
+def _findings_section(diagnosis: Diagnosis) -> str:
     if diagnosis.healthy:
         return "<h2>Findings</h2><p class='ok'>No finding: the run looks healthy.</p>"
     parts = ["<h2>Findings</h2>"]
@@ -99,7 +112,7 @@ def _findings_section(diagnosis: Diagnosis, run_name: str) -> str:
         )
         causes = "".join(
             f"<li><b>{html.escape(c.component)}</b>: {html.escape(c.explanation)}"
-            + (f" <i>fix: {html.escape(c.fix.arguments())}</i> ({html.escape(c.fix.text)})" if c.fix else "")
+            + _fix_text(diagnosis, c)
             + "</li>"
             for c in f.causes
         )
@@ -109,7 +122,7 @@ def _findings_section(diagnosis: Diagnosis, run_name: str) -> str:
             f"began at step {f.onset_step}</p>"
             f"<table><tr><th>metric</th><th>onset</th><th>observed</th><th>threshold</th><th>source</th></tr>"
             f"{evidence}</table><p>Likely causes, most likely first:</p><ol>{causes}</ol>"
-            f"<p>Verify: <code>{html.escape(f.verify_command(run_name))}</code></p></div>"
+            f"<p>Verify: <code>{html.escape(verify_command(diagnosis, f))}</code></p></div>"
         )
     if diagnosis.skipped:
         skipped = ", ".join(f"{rule} (needs {', '.join(m)})" for rule, m in diagnosis.skipped.items())
@@ -142,7 +155,10 @@ table{border-collapse:collapse;margin:.5em 0;font-size:.85em}td,th{border:1px so
 def write_report(run_dir: Path, table: MetricTable, diagnosis: Diagnosis, compare: MetricTable | None = None) -> Path:
     run = RunDir(Path(run_dir))
     images = plot_panels(table, diagnosis, compare)
-    figures = "".join(f"<img alt='{html.escape(t)}' src='data:image/png;base64,{png}'>" for t, png in images)
+    if images is None:
+        figures = "<p class='muted'>No plots: install matplotlib (pip install 'rlhflab[report]').</p>"
+    else:
+        figures = "".join(f"<img alt='{html.escape(t)}' src='data:image/png;base64,{png}'>" for t, png in images)
     summary = ""
     eval_path = run.root / "metrics" / "eval.json"
     if eval_path.is_file():
@@ -155,7 +171,7 @@ def write_report(run_dir: Path, table: MetricTable, diagnosis: Diagnosis, compar
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>rlhflab report: {html.escape(run.root.name)}</title>"
             f"<style>{STYLE}</style></head><body><h1>rlhflab report: {html.escape(str(run.root))}</h1>"
             f"<p>{diagnosis.steps} PPO iterations; {len(diagnosis.findings)} finding(s).</p>"
-            f"{_findings_section(diagnosis, str(run.root))}{_verify_section(run)}{summary}"
+            f"{_findings_section(diagnosis)}{_verify_section(run)}{summary}"
             f"<h2>Curves</h2><div class='grid'>{figures}</div>{_samples_section(run)}</body></html>")
     run.report.write_text(page, encoding="utf-8")
     return run.report

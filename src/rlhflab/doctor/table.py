@@ -1,6 +1,7 @@
-"""A metrics table: named series of (step, value), the doctor's only input.
+"""A metrics table: named series of (step, value), each in a known unit; with the run's
+settings, the doctor's only input.
 
-Readers (`readers.py`) turn run directories and other trainers' logs into this table
+Formats (`formats/`) turn run directories and other trainers' logs into this table
 under the canonical metric names of DESIGN.md; rules never see a file format.
 """
 
@@ -8,6 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+from rlhflab.doctor.metrics import canonical_unit
+from rlhflab.doctor.settings import RunSettings
+from rlhflab.doctor.units import Unit
 
 
 @dataclass(frozen=True)
@@ -26,25 +31,36 @@ class Series:
         clean = sorted((int(s), float(v)) for s, v in pairs if v is not None and math.isfinite(float(v)))
         return Series(tuple(s for s, _ in clean), tuple(v for _, v in clean))
 
+    def scaled(self, factor: float) -> "Series":
+        return Series(self.steps, tuple(v * factor for v in self.values))
+
 
 @dataclass
 class MetricTable:
-    """Canonical-name -> Series, plus what a reader could not map and non-finite counts."""
+    """Canonical-name -> Series, the unit of each, what a format could not map, non-finite
+    counts, notes on unit conversions, and the run's settings."""
 
     series: dict[str, Series] = field(default_factory=dict)
     source: str = ""
     unknown: list[str] = field(default_factory=list)  # names in the log we could not map
     non_finite: dict[str, list[int]] = field(default_factory=dict)  # metric -> steps with NaN/Inf
-    meta: dict = field(default_factory=dict)  # e.g. the run's config, the RM's score range
+    units: dict[str, Unit] = field(default_factory=dict)  # metric -> its unit, where not the canonical one
+    notes: list[str] = field(default_factory=list)  # what the table converted, or could not
+    settings: RunSettings = field(default_factory=RunSettings)
 
     def get(self, name: str) -> Series | None:
         s = self.series.get(name)
         return s if s is not None and len(s) else None
 
+    def unit(self, name: str) -> Unit | None:
+        """The unit `name` is in: as logged when it could not be converted, else canonical."""
+        return self.units.get(name, canonical_unit(name))
+
     @staticmethod
     def from_records(records: list[dict], source: str = "", rename: dict[str, str] | None = None,
                      step_key: str = "step") -> "MetricTable":
-        """Build from `[{step: s, name: value, ...}, ...]`, renaming keys with `rename` first."""
+        """Build from `[{step: s, name: value, ...}, ...]`, renaming keys with `rename` first.
+        A record without a step takes its index."""
         rename = rename or {}
         pairs: dict[str, list[tuple[int, float]]] = {}
         non_finite: dict[str, list[int]] = {}
@@ -65,7 +81,53 @@ class MetricTable:
         return table
 
     def merge(self, other: "MetricTable") -> "MetricTable":
-        merged = MetricTable({**self.series, **other.series}, self.source or other.source,
-                             self.unknown + other.unknown, {**self.non_finite, **other.non_finite},
-                             {**self.meta, **other.meta})
-        return merged
+        return MetricTable({**self.series, **other.series}, self.source or other.source,
+                           self.unknown + other.unknown, {**self.non_finite, **other.non_finite},
+                           {**self.units, **other.units}, self.notes + other.notes, self.settings)
+
+
+def per_step(numerator: Series, denominator: Series, operation) -> Series:
+    """`operation(n, d)` at the steps both series have."""
+    by_step = dict(zip(denominator.steps, denominator.values))
+    pairs = [(s, operation(v, by_step[s])) for s, v in zip(numerator.steps, numerator.values)
+             if s in by_step and by_step[s] != 0]
+    return Series.from_pairs(pairs)
+
+
+def convert_units(table: MetricTable, logged: dict[str, Unit]) -> None:
+    """Convert each series whose logged unit differs from its canonical one, where the log
+    holds what the conversion needs; otherwise keep it in the logged unit and say so."""
+    for name, unit in logged.items():
+        target = canonical_unit(name)
+        series = table.get(name)
+        if series is None or target is None or unit == target:
+            continue
+        converted, how = _convert(table, series, unit, target)
+        if converted is None:
+            table.units[name] = unit
+            table.notes.append(f"{name} is in {unit}, not {target}: {how}; rules compare it with itself only")
+        else:
+            table.series[name] = converted
+            table.notes.append(f"{name} converted from {unit} to {target} ({how})")
+
+
+def _convert(table: MetricTable, series: Series, unit: Unit, target: Unit) -> tuple[Series | None, str]:
+    length = table.get("response/length_mean")
+    batch = table.settings.batch_size
+    if (unit, target) == ("percent", "fraction"):
+        return series.scaled(0.01), "divided by 100"
+    if (unit, target) == ("fraction", "percent"):
+        return series.scaled(100.0), "multiplied by 100"
+    if (unit, target) == ("nats/sequence", "nats/token"):
+        if length is None:
+            return None, "no response/length_mean to divide by"
+        return per_step(series, length, lambda v, n: v / n), "divided by response/length_mean"
+    if (unit, target) == ("nats/token", "nats/sequence"):
+        if length is None:
+            return None, "no response/length_mean to multiply by"
+        return per_step(series, length, lambda v, n: v * n), "multiplied by response/length_mean"
+    if (unit, target) == ("count", "fraction"):
+        if not batch:
+            return None, "the log does not tell the batch size"
+        return series.scaled(1.0 / batch), f"divided by the batch size {batch}"
+    return None, f"no conversion from {unit} to {target}"

@@ -16,16 +16,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlhflab.checkup import run_checkup
 from rlhflab.config import load_config
 from rlhflab.doctor.diagnose import CHECKUP_RULE, diagnose, diagnose_path, write_diagnosis
 from rlhflab.doctor.findings import Diagnosis
-from rlhflab.doctor.probes import run_checkup
-from rlhflab.doctor.readers import read_run
+from rlhflab.doctor.formats import read_log
 from rlhflab.doctor.report import write_report
-from rlhflab.faults.zoo import FAULTS, Fault, components_for
-from rlhflab.doctor.verify import first_stage_to_rerun, rerun
+from rlhflab.doctor.settings import RunSettings
+from rlhflab.faults.zoo import FAULTS, Fault, components_for, with_fault
 from rlhflab.pipeline import run_pipeline
 from rlhflab.runs import RunDir
+from rlhflab.verify import first_stage_to_rerun, rerun
 
 
 @dataclass
@@ -73,7 +74,7 @@ def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunD
     With `rescore`, the run already in `out` is not trained again: only the checkup and
     the doctor run, and the row keeps the seconds timed when the run was trained."""
     start = time.perf_counter()
-    config = load_config(preset, overrides=[f"seed={seed}"], fault=fault.name if fault else None)
+    config = with_fault(load_config(preset, overrides=[f"seed={seed}"]), fault.name if fault else None)
     components = components_for(config)
     run = RunDir(out)
     if rescore:
@@ -85,9 +86,9 @@ def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunD
     probes = run_checkup(config, run, components)
     diagnosis = diagnose_path(run.root)  # ranks with the failed probes in RUN/checkup.json
     write_diagnosis(diagnosis, run.diagnosis)
-    table = read_run(run.root)
+    table = read_log(run.root)
     write_report(run.root, table, diagnosis)
-    table.meta = {}  # what a log from another trainer gives: the metrics, no config, no checkup
+    table.settings = RunSettings()  # what a log from another trainer gives: the metrics, no config, no checkup
     log_only = diagnose(table)
     first = _first_component(diagnosis)
     component = fault.component if fault else "none"
@@ -145,7 +146,8 @@ def render(faulty: list[BenchRow], healthy: list[BenchRow], command: str) -> str
         f"- findings on healthy runs: {healthy_findings} over {len(healthy)} seeds, failed probes: {healthy_probes} "
         "(target: 0)",
         f"- not detected: {', '.join(r.name for r in faulty if not r.detected) or 'none'}; "
-        f"detected by the checkup only: {', '.join(r.name for r in faulty if r.detected and not r.symptom_in_metrics) or 'none'}; "
+        "detected by the checkup only: "
+        f"{', '.join(r.name for r in faulty if r.detected and not r.symptom_in_metrics) or 'none'}; "
         f"wrong component first: {', '.join(r.name for r in faulty if r.detected and not r.right_component) or 'none'}",
         "",
         *CAVEAT,

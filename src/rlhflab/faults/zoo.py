@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import Tensor
 
-from rlhflab.config import PipelineConfig, PPOConfig
+from rlhflab.config import ConfigError, PipelineConfig, PPOConfig, apply_overrides
 from rlhflab.doctor.findings import Component
 from rlhflab.models.forward import position_ids_from_mask
 from rlhflab.models.sampling import sample_responses
@@ -196,6 +196,24 @@ def get_fault(name: str) -> Fault:
     return BY_NAME[name]
 
 
+def with_fault(config: PipelineConfig, name: str | None) -> PipelineConfig:
+    """`config` with the fault `name` injected: its name recorded and its own config applied
+    last (it sets its component's keys). Without a name, the config's own `fault` is
+    checked. An unknown fault is a ConfigError."""
+    if not name:
+        components_for(config)
+        return config
+    try:
+        fault = get_fault(name)
+    except KeyError as err:
+        raise ConfigError(str(err.args[0])) from None
+    return apply_overrides(config, {"fault": name, **fault.config(config)}, source=f"fault {name}")
+
+
 def components_for(config: PipelineConfig) -> PPOComponents:
     """The components a run uses: the defaults, with its fault's replacement if it has one."""
-    return get_fault(config.fault).components() if config.fault else PPOComponents()
+    if not config.fault:
+        return PPOComponents()
+    if config.fault not in BY_NAME:
+        raise ConfigError(f"fault = {config.fault!r}: unknown fault; known: {', '.join(BY_NAME)}")
+    return BY_NAME[config.fault].components()

@@ -111,7 +111,7 @@ def self_bleu(texts: Sequence[Text], max_n: int = 4) -> float:
         top2.append(best)
 
     total = 0.0
-    for i, hyp in enumerate(toks):
+    for i in range(len(toks)):
         c = lengths[i]
         if c == 0:
             continue  # an empty hypothesis has BLEU 0

@@ -12,7 +12,6 @@ import torch
 from torch import Tensor
 
 from rlhflab.models.precision import autocast
-from rlhflab.ppo.losses import logprobs_from_logits
 
 
 def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
@@ -62,3 +61,23 @@ def response_logprobs(
     """Log pi(response token | prefix) at `temperature`. (B, T)"""
     logits, _ = logits_fn(model, input_ids, attention_mask, prompt_len, temperature)
     return logprobs_from_logits(logits, input_ids[:, prompt_len:])
+
+
+def logprobs_from_logits(logits: Tensor, tokens: Tensor) -> Tensor:
+    """Log-probability of the given tokens: ``log_softmax(logits).gather(tokens)``.
+
+    Computed as ``logits[token] - logsumexp(logits)`` so no (B, T, V) log-softmax copy
+    is kept for the backward pass (only the (B, T) logsumexp is), the same trick as
+    TRL's ``selective_log_softmax``. Logits are used in their own dtype; upcast
+    bf16/fp16 logits to float32 first if precision matters more than memory.
+
+    Args:
+        logits: (B, T, V) logits; position t predicts ``tokens[:, t]``.
+        tokens: (B, T) integer token ids.
+
+    Returns:
+        (B, T) log pi(tokens).
+    """
+    # log p(y) = z_y - log sum_v exp(z_v)
+    picked = logits.gather(dim=-1, index=tokens.long().unsqueeze(-1)).squeeze(-1)  # (B, T)
+    return picked - torch.logsumexp(logits, dim=-1)

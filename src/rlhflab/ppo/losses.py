@@ -8,8 +8,8 @@
 - ``value_loss``: the clipped value loss of OpenAI baselines ``ppo2`` and
   lm-human-preferences (``vf_losses1``, ``vf_losses2``), used by Stiennon et al.
   (2020); "The 37 Implementation Details of PPO" (Huang et al. 2022), detail 9.
-- ``entropy_from_logits`` / ``logprobs_from_logits``: stable (logsumexp-based)
-  reductions of (B, T, V) logits.
+- ``entropy_from_logits`` / ``logprobs_from_logits`` (from ``models/forward.py``):
+  stable (logsumexp-based) reductions of (B, T, V) logits.
 
 Aggregation: every loss is a mean over all real tokens of the (mini)batch
 (lm-human-preferences ``reduce_mean`` over fixed-length responses, TRL
@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from rlhflab.metrics.stats import masked_mean
+from rlhflab.models.forward import logprobs_from_logits  # a forward-pass reduction, shared with sampling
 
 __all__ = [
     "PolicyLossStats",
@@ -177,23 +178,3 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     p = logp.exp()
     # clamp turns log 0 = -inf into a finite number so that p * log p = 0 * finite = 0
     return -(p * logp.clamp_min(torch.finfo(logp.dtype).min)).sum(dim=-1)
-
-
-def logprobs_from_logits(logits: Tensor, tokens: Tensor) -> Tensor:
-    """Log-probability of the given tokens: ``log_softmax(logits).gather(tokens)``.
-
-    Computed as ``logits[token] - logsumexp(logits)`` so no (B, T, V) log-softmax copy
-    is kept for the backward pass (only the (B, T) logsumexp is), the same trick as
-    TRL's ``selective_log_softmax``. Logits are used in their own dtype; upcast
-    bf16/fp16 logits to float32 first if precision matters more than memory.
-
-    Args:
-        logits: (B, T, V) logits; position t predicts ``tokens[:, t]``.
-        tokens: (B, T) integer token ids.
-
-    Returns:
-        (B, T) log pi(tokens).
-    """
-    # log p(y) = z_y - log sum_v exp(z_v)
-    picked = logits.gather(dim=-1, index=tokens.long().unsqueeze(-1)).squeeze(-1)  # (B, T)
-    return picked - torch.logsumexp(logits, dim=-1)

@@ -276,9 +276,8 @@ class ReviewGrammar:
     @staticmethod
     def _articles_ok(sentence: list[str]) -> bool:
         for i, w in enumerate(sentence):
-            if w == "a" or w == "an":
-                if i + 1 >= len(sentence) or _takes_an(sentence[i + 1]) != (w == "an"):
-                    return False
+            if w in ("a", "an") and (i + 1 >= len(sentence) or _takes_an(sentence[i + 1]) != (w == "an")):
+                return False
         return True
 
     def is_grammatical(self, sentence: list[str]) -> bool:

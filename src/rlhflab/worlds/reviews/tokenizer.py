@@ -10,18 +10,24 @@ grammar emits is unknown) plus four special tokens, split on whitespace, wrapped
 
 from __future__ import annotations
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from typing import TYPE_CHECKING
 
 from rlhflab.worlds.reviews.grammar import ReviewGrammar
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
 """Special tokens, with ids 0-3 in this order; the vocabulary follows, sorted."""
 
 
-def build_tokenizer(grammar: ReviewGrammar) -> PreTrainedTokenizerFast:
+def build_tokenizer(grammar: ReviewGrammar) -> "PreTrainedTokenizerFast":
     """Word-level fast tokenizer: ids 0-3 are <pad> <bos> <eos> <unk>, then words."""
+    # Imported here: the world's grammar, gold and labeler need no tokenizer library.
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
     for word in grammar.vocabulary:
         vocab[word] = len(vocab)

@@ -12,13 +12,15 @@ import json
 import random
 from dataclasses import asdict
 from pathlib import Path
-
-from transformers import PreTrainedTokenizerFast
+from typing import TYPE_CHECKING
 
 from rlhflab.worlds.reviews.config import WorldConfig
 from rlhflab.worlds.reviews.gold import GoldBreakdown, gold_breakdown
 from rlhflab.worlds.reviews.grammar import ReviewGrammar
 from rlhflab.worlds.reviews.tokenizer import build_tokenizer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 
 class ReviewsWorld:
@@ -63,7 +65,7 @@ class ReviewsWorld:
             n_bad += bad
         return 1.0 - n_bad / n_total if n_total else 1.0
 
-    def tokenizer(self) -> PreTrainedTokenizerFast:
+    def tokenizer(self) -> "PreTrainedTokenizerFast":
         """The world's word-level tokenizer (a fresh object per call)."""
         return build_tokenizer(self.grammar)
 

@@ -20,12 +20,14 @@ from rlhflab.data.files import PreferenceRecord
 from rlhflab.data.prompt_pool import PromptSource
 from rlhflab.distributed import default_device
 from rlhflab.doctor.findings import Component
+from rlhflab.doctor.rules.responses import EOS_RATE_LIMIT, PROMPT_UNIQUE_LIMIT
+from rlhflab.doctor.rules.reward_model import RM_LENGTH_CORR_LIMIT, RM_VAL_ACC_LIMIT
+from rlhflab.metrics.stats import pearson
 from rlhflab.models.forward import response_logprobs
 from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents
-from rlhflab.metrics.stats import pearson
-from rlhflab.ppo.trainer import PPOState, compute_advantages, load_ppo_state
 from rlhflab.ppo.rollout import make_rollout
+from rlhflab.ppo.trainer import PPOState, compute_advantages, load_ppo_state
 from rlhflab.runs import RunDir, write_json
 from rlhflab.seeding import derive_seed, torch_generator
 from rlhflab.sources import context_length, policy_dir, preference_data, prompt_task
@@ -188,8 +190,9 @@ def probe_reward_model_health(ctx: ProbeContext) -> list[ProbeResult]:
     else:
         raise ProbeSkipped("no labelled pairs: give --pairs FILE to test the reward model")
     return [
-        _result("rm_prefers_chosen", "reward_model", accuracy, 0.6, f"accuracy on {what}", below=False),
-        _result("rm_score_not_mostly_length", "reward_model", abs(length_corr), 0.5,
+        _result("rm_prefers_chosen", "reward_model", accuracy, RM_VAL_ACC_LIMIT.value, f"accuracy on {what}",
+                below=False),
+        _result("rm_score_not_mostly_length", "reward_model", abs(length_corr), RM_LENGTH_CORR_LIMIT.value,
                 "|corr(score, response length)| on those pairs"),
     ]
 
@@ -235,7 +238,7 @@ def probe_reward_normalised(ctx: ProbeContext) -> ProbeResult:
 
 def probe_responses_end(ctx: ProbeContext) -> ProbeResult:
     rollout = ctx.rollout()
-    return _result("responses_end", "sampling", float(rollout.has_eos.float().mean()), 0.5,
+    return _result("responses_end", "sampling", float(rollout.has_eos.float().mean()), EOS_RATE_LIMIT.value,
                    f"fraction of the untrained policy's responses that end with EOS within "
                    f"ppo.response_length = {ctx.config.ppo.response_length}", below=False)
 
@@ -244,7 +247,7 @@ def probe_prompts_distinct(ctx: ProbeContext) -> ProbeResult:
     # The first batch PPO trains on, drawn exactly as the trainer draws it.
     prompts = ctx.state.components.prompts(ctx.source, ctx.config.ppo.batch_size,
                                            derive_seed(ctx.config.seed, "ppo-prompts", "0"))
-    return _result("prompts_distinct", "prompt_data", len(set(prompts)) / len(prompts), 0.5,
+    return _result("prompts_distinct", "prompt_data", len(set(prompts)) / len(prompts), PROMPT_UNIQUE_LIMIT.value,
                    "fraction of distinct prompts in the first PPO batch", below=False)
 
 

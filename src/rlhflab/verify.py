@@ -12,11 +12,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlhflab.config import PipelineConfig, apply_overrides, config_from_run, parse_override, save_config
+from rlhflab.config import apply_overrides, config_from_run, parse_override, save_config
+from rlhflab.distributed import Cluster
 from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
 from rlhflab.doctor.findings import Diagnosis
-from rlhflab.doctor.readers import read_run
+from rlhflab.doctor.formats import read_log
 from rlhflab.doctor.report import write_report
+from rlhflab.pipeline import STAGE_NAMES, STAGES, StageContext, run_stages
 from rlhflab.runs import RunDir, write_json
 
 
@@ -39,46 +41,31 @@ class VerifyResult:
 
 
 def first_stage_to_rerun(fix: dict[str, str]) -> str:
+    """The earliest stage whose config section the fix touches; a key of no stage's
+    section (seed, world, data, fault) may shape any stage, so all rerun. No key at all
+    (a fault that replaces PPO code only) reruns the last stage."""
     sections = {key.split(".")[0] for key in fix}
-    if "fault" in sections:
-        return "pretrain"  # a fault may have shaped any stage
-    if sections <= {"ppo"}:
-        return "ppo"
-    if sections <= {"ppo", "reward"}:
-        return "reward"
-    return "pretrain"
+    if not sections <= set(STAGE_NAMES):
+        return STAGE_NAMES[0]
+    return min(sections, key=STAGE_NAMES.index, default=STAGE_NAMES[-1])
 
 
-# What a rerun that starts at a stage copies from the original run: (dirs, stage metrics).
-REUSED = {
-    "ppo": (("world", "stage1_lm", "stage2_rm"), ("pretrain", "reward")),
-    "reward": (("world", "stage1_lm"), ("pretrain",)),
-    "pretrain": ((), ()),
-}
-
-
-def rerun(config: PipelineConfig, source: RunDir, out: RunDir, first_stage: str, components, show_progress: bool) -> None:
-    from rlhflab.ppo.trainer import run_ppo
-    from rlhflab.stages.pretrain import run_pretrain
-    from rlhflab.stages.reward import run_reward
-
+def rerun(config, source: RunDir, out: RunDir, first_stage: str, components, show_progress: bool) -> None:
+    """The stages from `first_stage` on into `out`, after copying the outputs and metrics
+    of the stages before it from `source` (same seeds, so those stages are identical)."""
     out.create()
     save_config(config, out.config)
-    dirs, stage_metrics = REUSED[first_stage]
-    for name in dirs:
-        shutil.copytree(source.root / name, out.root / name, dirs_exist_ok=True)
-    for stage in stage_metrics:
-        if source.metrics(stage).is_file():
-            shutil.copy(source.metrics(stage), out.metrics(stage))
-    if first_stage == "pretrain":
-        run_pretrain(config, out, show_progress)
-    if first_stage in ("pretrain", "reward"):
-        run_reward(config, out, show_progress)
-    run_ppo(config, out, components, show_progress)
+    for stage in STAGES[:STAGE_NAMES.index(first_stage)]:
+        for name in stage.outputs:
+            if (source.root / name).is_dir():
+                shutil.copytree(source.root / name, out.root / name, dirs_exist_ok=True)
+        if source.metrics(stage.name).is_file():
+            shutil.copy(source.metrics(stage.name), out.metrics(stage.name))
+    run_stages(StageContext(config, out, components, show_progress, Cluster.single(), resume=False), first_stage)
 
 
 def compare(before: Diagnosis, after: Diagnosis, before_run: Path, after_run: Path) -> list[Comparison]:
-    before_table, after_table = read_run(before_run), read_run(after_run)
+    before_table, after_table = read_log(before_run), read_log(after_run)
     remaining = {f.rule for f in after.findings}
     rows = []
     for finding in before.findings:
@@ -109,6 +96,6 @@ def verify(run_dir: Path, fixes: list[str], out: Path | None = None, components=
         "fix": [f"{k}={v}" for k, v in fix.items()], "rerun": str(target.root),
         "comparison": [c.__dict__ for c in comparison], "new_findings": new,
     })
-    write_report(source.root, read_run(source.root), before, compare=read_run(target.root))
-    write_report(target.root, read_run(target.root), after)
+    write_report(source.root, read_log(source.root), before, compare=read_log(target.root))
+    write_report(target.root, read_log(target.root), after)
     return VerifyResult(target.root, before, after, comparison, new)

@@ -1,0 +1,90 @@
+"""`--map`: the user's names -> canonical names, as `THEIRS=canonical` pairs or a TOML file.
+
+    rlhflab doctor log.csv --map my_kl=kl/mean --map iter=step
+    rlhflab doctor log.csv --map columns.toml
+
+where columns.toml holds, one line per column, a canonical name or a table with its
+unit and a factor:
+
+    iter = "step"
+    my_kl = "kl/mean"
+    "actor/entropy_sum" = { metric = "policy/entropy", unit = "nats/sequence" }
+    "actor/lr(1e-4)" = { metric = "lr", scale = 1e-4 }
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tomllib
+
+from rlhflab.doctor.formats.spec import Column, LogFormatError, UserMapping
+from rlhflab.doctor.metrics import KNOWN
+from rlhflab.doctor.units import UnitError, check_unit
+
+STEP = "step"
+
+
+def _target(theirs: str, metric: str, where: str) -> str:
+    if metric != STEP and metric not in KNOWN:
+        raise LogFormatError(f"{where}: {theirs} -> {metric!r} is not a canonical metric name (docs/metrics.md) "
+                             f"or 'step'")
+    return metric
+
+
+def parse_pairs(items: list[str]) -> UserMapping:
+    """`THEIRS=canonical` pairs; `THEIRS=step` names the step column."""
+    columns: dict[str, Column] = {}
+    step_key = None
+    for item in items:
+        if "=" not in item:
+            raise LogFormatError(f"--map {item!r}: expected THEIR_NAME=canonical/name, or a .toml file")
+        theirs, ours = (part.strip() for part in item.rsplit("=", 1))
+        if _target(theirs, ours, f"--map {item}") == STEP:
+            step_key = theirs
+        else:
+            columns[theirs] = Column(ours)
+    return UserMapping(columns, step_key)
+
+
+def read_mapping_file(path: Path) -> UserMapping:
+    """A TOML mapping file (module docstring); errors name the file and the key."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise LogFormatError(f"{path}: invalid TOML mapping: {err}") from None
+    columns: dict[str, Column] = {}
+    step_key = None
+    for theirs, spec in data.items():
+        where = f"{path}: {theirs}"
+        if isinstance(spec, str):
+            spec = {"metric": spec}
+        if not isinstance(spec, dict) or not isinstance(spec.get("metric"), str):
+            raise LogFormatError(f"{where}: expected a canonical name or {{ metric = ..., unit = ..., scale = ... }}")
+        unknown = set(spec) - {"metric", "unit", "scale"}
+        if unknown:
+            raise LogFormatError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected metric, unit, scale")
+        if _target(theirs, spec["metric"], where) == STEP:
+            step_key = theirs
+            continue
+        try:
+            unit = check_unit(spec["unit"], where) if "unit" in spec else None
+        except UnitError as err:
+            raise LogFormatError(str(err)) from None
+        scale = spec.get("scale", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise LogFormatError(f"{where}: scale = {scale!r} is not a number")
+        columns[theirs] = Column(spec["metric"], unit, float(scale))
+    return UserMapping(columns, step_key)
+
+
+def parse_map_options(items: list[str] | None) -> UserMapping:
+    """Every `--map` value: TOML files and pairs together, later ones winning."""
+    columns: dict[str, Column] = {}
+    step_key = None
+    for item in items or []:
+        mapping = read_mapping_file(Path(item)) if item.endswith(".toml") else parse_pairs([item])
+        columns.update(mapping.columns)
+        step_key = mapping.step_key or step_key
+    return UserMapping(columns, step_key)

@@ -1,0 +1,94 @@
+"""rlhflab's own run directories: `RUN/metrics/{ppo,reward,pretrain}.jsonl` in canonical
+names, the settings in `RUN/config.toml`, the reward model's training range in
+`RUN/stage2_rm/config.json`, and the checkup's verdict in `RUN/checkup.json`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from rlhflab.doctor.causes import CheckupVerdict
+from rlhflab.doctor.formats.spec import LogFormat, LogFormatError, RawLog, UserMapping
+from rlhflab.runs import RunDir, read_jsonl
+
+# config.toml key -> RunSettings field; read both ways (settings, and fixes as overrides).
+CONFIG_KEYS = {
+    "ppo.kl_coef": "kl_coef", "ppo.kl_estimator": "kl_estimator", "ppo.kl_target": "kl_target",
+    "ppo.kl_horizon": "kl_horizon", "ppo.clip_eps": "clip_eps", "ppo.value_clip_eps": "value_clip_eps",
+    "ppo.lr": "lr", "ppo.entropy_coef": "entropy_coef", "ppo.batch_size": "batch_size",
+    "ppo.response_length": "response_length", "ppo.normalize_reward": "normalize_reward",
+    "ppo.missing_eos_penalty": "missing_eos_penalty", "reward.pairs": "reward_pairs", "reward.epochs": "reward_epochs",
+}
+# Stage 1 and 2 metrics files share the run's table; their own names only (their steps
+# count other things than PPO iterations, so `lr` and `epoch` stay PPO's).
+STAGE_PREFIXES = {"reward": "rm/", "pretrain": "lm/"}
+
+
+def settings_from_config(config: dict[str, Any]) -> dict[str, Any]:
+    """RunSettings fields from a nested config (`config.toml` as read, or the
+    `PipelineConfig` as a dict): `{"ppo": {"kl_coef": 0.2, ...}, ...}`."""
+    settings = {}
+    for key, setting in CONFIG_KEYS.items():
+        section, name = key.split(".")
+        value = config.get(section, {}).get(name)
+        if value is not None:
+            settings[setting] = value
+    return settings
+
+
+def reward_train_max(rm_config: dict) -> float | None:
+    """The highest standardised score the RM gave on its training data (None if not saved)."""
+    if not {"reward_mean", "reward_std", "reward_max"} <= rm_config.keys():
+        return None
+    return (rm_config["reward_max"] - rm_config["reward_mean"]) / max(rm_config["reward_std"], 1e-6)
+
+
+def read_checkup(run_dir: Path) -> CheckupVerdict | None:
+    """A run's checkup results (`checkup.json`), or None when it has none."""
+    path = Path(run_dir) / "checkup.json"
+    if not path.is_file():
+        return None
+    return CheckupVerdict.from_probes(json.loads(path.read_text()).get("probes", []))
+
+
+def _recognise(path: Path) -> bool:
+    return path.is_dir() and RunDir(path).metrics("ppo").is_file()
+
+
+def _read(path: Path, mapping: UserMapping) -> RawLog:
+    run = RunDir(Path(path))
+    if not run.metrics("ppo").is_file():
+        raise LogFormatError(f"{run.metrics('ppo')}: not found; is {path} an rlhflab run directory?")
+    try:
+        records = read_jsonl(run.metrics("ppo"))
+        for stage, prefix in STAGE_PREFIXES.items():
+            if run.metrics(stage).is_file():
+                records += [{k: v for k, v in r.items() if k == "step" or k.startswith(prefix)}
+                            for r in read_jsonl(run.metrics(stage))]
+    except ValueError as err:
+        raise LogFormatError(str(err)) from None
+    settings: dict[str, Any] = {}
+    if run.config.is_file():
+        try:
+            settings = settings_from_config(tomllib.loads(run.config.read_text(encoding="utf-8")))
+        except tomllib.TOMLDecodeError as err:
+            raise LogFormatError(f"{run.config}: invalid TOML: {err}") from None
+    rm_config = run.stage2_rm / "config.json"
+    if rm_config.is_file():
+        limit = reward_train_max(json.loads(rm_config.read_text()))
+        if limit is not None:
+            settings["reward_train_max"] = limit
+    return RawLog(records, settings)
+
+
+FORMAT = LogFormat(
+    name="rlhflab",
+    description="an rlhflab run directory (RUN/metrics/*.jsonl, RUN/config.toml)",
+    recognise=_recognise,
+    read=_read,
+    vocabulary={setting: key for key, setting in CONFIG_KEYS.items()},
+    verify=True,
+)

@@ -1,0 +1,51 @@
+"""TensorBoard event files (`events.out.tfevents.*`), with canonical or TRL PPO tag names
+(a `train/` prefix, as transformers' TensorBoard callback writes, is dropped)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlhflab.doctor.formats import trl
+from rlhflab.doctor.formats.spec import LogFormat, LogFormatError, RawLog, UserMapping
+
+PATTERN = "events.out.tfevents.*"
+
+
+def _event_files(path: Path) -> list[Path]:
+    return [path] if path.is_file() else sorted(path.rglob(PATTERN))
+
+
+def _recognise(path: Path) -> bool:
+    if path.is_file():
+        return path.name.startswith("events.out.tfevents")
+    return path.is_dir() and next(path.rglob(PATTERN), None) is not None
+
+
+def _read(path: Path, mapping: UserMapping) -> RawLog:
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError:
+        raise LogFormatError("reading TensorBoard event files needs the tensorboard package: "
+                             "pip install 'rlhflab[tensorboard]'") from None
+    files = _event_files(Path(path))
+    if not files:
+        raise LogFormatError(f"{path}: no TensorBoard event files ({PATTERN}) found")
+    records: dict[int, dict] = {}
+    for file in files:
+        accumulator = EventAccumulator(str(file), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        for tag in accumulator.Tags().get("scalars", []):
+            name = tag.removeprefix("train/")
+            for event in accumulator.Scalars(tag):
+                records.setdefault(event.step, {"step": event.step})[name] = event.value
+    return RawLog([records[s] for s in sorted(records)])
+
+
+FORMAT = LogFormat(
+    name="tensorboard",
+    description="TensorBoard event files (a file or a directory searched recursively), canonical or TRL PPO names",
+    recognise=_recognise,
+    read=_read,
+    columns=trl.PPO_COLUMNS,
+    vocabulary=trl.VOCABULARY,
+)

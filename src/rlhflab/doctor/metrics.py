@@ -1,0 +1,47 @@
+"""The canonical metric names (DESIGN.md, docs/metrics.md), each with its unit.
+
+Formats map their trainer's names onto these; the table converts a logged series to the
+unit given here when the log allows it. Names outside this registry that a format maps
+(e.g. TRL's `objective/non_score_reward`) are known to that format, and kept.
+"""
+
+from __future__ import annotations
+
+from rlhflab.doctor.units import Unit
+
+PPO_METRICS: dict[str, Unit] = {
+    "reward/proxy_mean": "value", "reward/proxy_std": "value", "reward/gold_mean": "value",
+    "reward/total_mean": "value",
+    "kl/mean": "nats/sequence", "kl/k3_mean": "nats/sequence", "kl/coef": "value",
+    "policy/entropy": "nats/token", "policy/approxkl": "value", "policy/clipfrac": "fraction",
+    "policy/ratio_mean": "value", "policy/ratio_max": "value", "policy/loss": "value", "policy/grad_norm": "value",
+    "value/loss": "value", "value/clipfrac": "fraction", "value/explained_variance": "value",
+    "adv/mean": "value", "adv/std": "value",
+    "response/length_mean": "tokens", "response/eos_rate": "fraction",
+    "response/distinct_1": "fraction", "response/distinct_2": "fraction", "response/self_bleu": "fraction",
+    "lr": "value", "time/rollout_s": "seconds", "time/train_s": "seconds", "tokens/generated": "tokens",
+}
+# Canonical names that other trainers' logs fill (DESIGN.md); rlhflab logs the equivalents above.
+OTHER_TRAINERS_METRICS: dict[str, Unit] = {
+    "kl/token_mean": "nats/token", "response/truncated_frac": "fraction", "reward/zero_std_frac": "fraction",
+}
+# Logged by rlhflab beyond the canonical set; known, so never reported as unknown.
+EXTRA_METRICS: dict[str, Unit] = {
+    "reward/score_mean": "value", "reward/length_corr": "value", "response/identical_frac": "fraction",
+    "prompts/unique_frac": "fraction", "time/score_s": "seconds", "time/advantages_s": "seconds",
+    "guard/skipped_updates": "count", "epoch": "value",
+}
+REWARD_METRICS: dict[str, Unit] = {
+    "rm/train_loss": "value", "rm/train_acc": "fraction", "rm/val_acc": "fraction",
+    "rm/gold_agreement": "fraction", "rm/length_corr": "value",
+}
+PRETRAIN_METRICS: dict[str, Unit] = {"lm/train_loss": "value", "lm/val_loss": "value",
+                                     "lm/grammatical_rate": "fraction"}
+
+CANONICAL: dict[str, Unit] = PPO_METRICS | OTHER_TRAINERS_METRICS | EXTRA_METRICS | REWARD_METRICS | PRETRAIN_METRICS
+KNOWN = frozenset(CANONICAL)
+
+
+def canonical_unit(name: str) -> Unit | None:
+    """The unit the doctor expects `name` in, or None for a name outside the registry."""
+    return CANONICAL.get(name)

@@ -1,0 +1,82 @@
+"""Mode collapse: entropy and output diversity vanishing."""
+
+from __future__ import annotations
+
+from rlhflab.doctor import causes
+from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule
+from rlhflab.doctor.rules.responses import REPEATED_PROMPTS
+from rlhflab.doctor.rules.update import LARGE_UPDATES
+from rlhflab.doctor.signals import baseline, first_where, smooth, window
+from rlhflab.doctor.table import MetricTable
+
+ENTROPY_FRACTION = Threshold(
+    "ENTROPY_FRACTION", 0.3,
+    "healthy demo runs keep more than 60% of their starting entropy (docs/benchmarks.md); TRL logging docs: a "
+    "healthy run maximises reward while keeping entropy")
+DISTINCT2_FRACTION = Threshold(
+    "DISTINCT2_FRACTION", 0.5,
+    "Li et al. 2016 distinct-n; the pipeline target keeps >= 70% of the stage-1 value")
+SELF_BLEU_LIMIT = Threshold(
+    "SELF_BLEU_LIMIT", 0.7, "Zhu et al. 2018 (Texygen) self-BLEU; healthy demo runs stay below 0.4")
+SELF_BLEU_RISE = Threshold(
+    "SELF_BLEU_RISE", 0.3, "a rise of 0.3 over the run's own start, for runs that start above 0.4")
+IDENTICAL_LIMIT = Threshold(
+    "IDENTICAL_LIMIT", 0.3, "sampling at T=1 from a healthy policy almost never repeats a whole response (demo: < 5%)")
+
+COLLAPSE_CLUES = (causes.ZERO_KL, causes.NEGATIVE_ENTROPY_COEF, causes.CLIP_NEVER_CLIPS, REPEATED_PROMPTS)
+
+
+@rule("entropy_collapse", "mode_collapse", requires=("policy/entropy",), thresholds=(ENTROPY_FRACTION,),
+      causes=(causes.step_size, causes.entropy_term, causes.kl_control, causes.narrow_prompts),
+      clues=COLLAPSE_CLUES + (LARGE_UPDATES,))
+def entropy_collapse(table: MetricTable) -> Detection | None:
+    """Per-token policy entropy falling below a fraction of its starting level."""
+    ent = table.get("policy/entropy")
+    start = baseline(ent.values, window(len(ent)))
+    fraction = ENTROPY_FRACTION.value
+    return crossing(table, "policy/entropy", lambda v: v < fraction * start,
+                    lambda s: f"entropy collapse: policy/entropy fell from {start:.2f} to {s.values[-1]:.2f}",
+                    f"smoothed entropy < {fraction} x its starting level {start:.3f}", ENTROPY_FRACTION.source,
+                    "high")
+
+
+@rule("diversity_collapse", "mode_collapse", requires=("response/distinct_2",),
+      thresholds=(DISTINCT2_FRACTION, SELF_BLEU_LIMIT, SELF_BLEU_RISE),
+      causes=(causes.kl_control, causes.step_size, causes.narrow_prompts, causes.exploitable_reward_model),
+      clues=COLLAPSE_CLUES + (LARGE_UPDATES,))
+def diversity_collapse(table: MetricTable) -> Detection | None:
+    """Distinct-2 collapsing, or self-BLEU rising towards 1: the responses look alike."""
+    found, onsets = [], []
+    d2 = table.get("response/distinct_2")
+    if d2 is not None:
+        w = window(len(d2))
+        start = baseline(d2.values, w)
+        limit = DISTINCT2_FRACTION.value * start
+        onset = first_where(smooth(d2.values, w), lambda v: v < limit, persistence(len(d2)))
+        if onset is not None:
+            onsets.append(d2.steps[onset])
+            found.append(evidence("response/distinct_2", d2, onset,
+                                  f"smoothed distinct-2 < {DISTINCT2_FRACTION.value} x its start {start:.3f}",
+                                  DISTINCT2_FRACTION.source))
+    bleu = table.get("response/self_bleu")
+    if bleu is not None:
+        w = window(len(bleu))
+        start = baseline(bleu.values, w)
+        limit = max(SELF_BLEU_LIMIT.value, start + SELF_BLEU_RISE.value)
+        onset = first_where(smooth(bleu.values, w), lambda v: v > limit, persistence(len(bleu)))
+        if onset is not None:
+            onsets.append(bleu.steps[onset])
+            found.append(evidence("response/self_bleu", bleu, onset, f"smoothed self-BLEU > {SELF_BLEU_LIMIT.value}",
+                                  SELF_BLEU_LIMIT.source))
+    if not found:
+        return None
+    return Detection("diversity collapse: responses are becoming alike", "high", min(onsets), tuple(found))
+
+
+@rule("identical_responses", "mode_collapse", requires=("response/identical_frac",), thresholds=(IDENTICAL_LIMIT,),
+      causes=(causes.narrow_prompts, causes.kl_control, causes.step_size), clues=COLLAPSE_CLUES)
+def identical_responses(table: MetricTable) -> Detection | None:
+    """Many responses in a batch identical to another response."""
+    return crossing(table, "response/identical_frac", lambda v: v > IDENTICAL_LIMIT.value,
+                    lambda s: f"identical responses: {s.values[-1]:.0%} of a batch duplicate another",
+                    f"smoothed fraction > {IDENTICAL_LIMIT.value}", IDENTICAL_LIMIT.source, "high")

@@ -1,0 +1,119 @@
+"""Exploding KL: the policy leaving the reference, a KL that cannot be a KL, a controller
+that does not control."""
+
+from __future__ import annotations
+
+import math
+
+from rlhflab.doctor import causes
+from rlhflab.doctor.findings import Evidence, Severity
+from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule
+from rlhflab.doctor.rules.update import LARGE_UPDATES, UNSCALED_REWARDS
+from rlhflab.doctor.signals import first_where, slope, smooth, sustained, window
+from rlhflab.doctor.table import MetricTable
+
+KL_ABS_LIMIT = Threshold(
+    "KL_ABS_LIMIT", 20.0,
+    "3x the 6-nat adaptive-KL target of lm-human-preferences (Ziegler et al. 2019, as reproduced by Huang et al. "
+    "2023); healthy demo runs end below 6 nats")
+KL_TARGET_FACTOR = Threshold(
+    "KL_TARGET_FACTOR", 2.0,
+    "Ziegler et al. 2019 sec. 2.2: the controller bounds the error at +-20%; 2x target = control lost")
+KL_GROWTH_FACTOR = Threshold(
+    "KL_GROWTH_FACTOR", 3.0,
+    "super-linear KL growth (last-third slope over first-third slope) marks a policy leaving the reference "
+    "(Ziegler et al. 2019 sec. 2.2)")
+KL_GROWTH_FLOOR = Threshold(
+    "KL_GROWTH_FLOOR", 10.0, "nats: below this, fast growth is not yet an explosion (half of KL_ABS_LIMIT)")
+KL_NEGATIVE_LIMIT = Threshold(
+    "KL_NEGATIVE_LIMIT", -1.0,
+    "E_pi[log pi - log ref] = KL >= 0 when tokens are sampled from pi (Schulman 2020, k1); TRL logging docs: "
+    "objective/kl should stay positive")
+CONTROLLER_DEADBAND = Threshold(
+    "CONTROLLER_DEADBAND", 0.2,
+    "Ziegler et al. 2019 sec. 2.2: beta *= 1 + clip(KL/target - 1, +-0.2) * n/horizon; a relative error above "
+    "0.2 must move beta")
+
+
+
+@rule("kl_explosion", "exploding_kl", requires=("kl/mean",),
+      thresholds=(KL_ABS_LIMIT, KL_TARGET_FACTOR, KL_GROWTH_FACTOR, KL_GROWTH_FLOOR),
+      causes=(causes.kl_control, causes.step_size, causes.reward_scaling, causes.exploitable_reward_model,
+              causes.logprob_bookkeeping),
+      clues=(causes.ZERO_KL, causes.CLIP_NEVER_CLIPS, LARGE_UPDATES, UNSCALED_REWARDS))
+def kl_explosion(table: MetricTable) -> Detection | None:
+    """KL to the reference above target (or an absolute limit), or growing super-linearly."""
+    kl = table.get("kl/mean")
+    n = len(kl)
+    w = window(n)
+    s = smooth(kl.values, w)
+    target = table.settings.kl_target
+    limit = KL_ABS_LIMIT.value
+    threshold, source = f"smoothed kl/mean > {limit} nats", KL_ABS_LIMIT.source
+    if target is not None:
+        limit = KL_TARGET_FACTOR.value * target
+        threshold = f"smoothed kl/mean > {KL_TARGET_FACTOR.value} x kl_target = {limit:g} nats"
+        source = KL_TARGET_FACTOR.source
+    onset = first_where(s, lambda v: v > limit, persistence(n))
+    third = max(2, n // 3)
+    early = slope(kl.steps[:third], s[:third])
+    late = slope(kl.steps[-third:], s[-third:])
+    superlinear = n >= 9 and late > KL_GROWTH_FACTOR.value * max(early, 1e-3) and s[-1] > KL_GROWTH_FLOOR.value
+    if onset is None and not superlinear:
+        return None
+    if onset is None:
+        onset = n - third
+        threshold = (f"slope of kl/mean over the last third > {KL_GROWTH_FACTOR.value}x the first third's, "
+                     f"and kl/mean > {KL_GROWTH_FLOOR.value} nats")
+        source = KL_GROWTH_FACTOR.source
+    severity: Severity = "high" if s[-1] > 2.5 * limit or superlinear else "medium"
+    found = [evidence("kl/mean", kl, onset, threshold, source, peak=max(kl.values), early_slope=early,
+                      late_slope=late)]
+    coef = table.get("kl/coef")
+    if coef is not None:
+        found.append(Evidence("kl/coef", coef.steps[0], {"start": coef.values[0], "end": coef.values[-1]},
+                              "the coefficient the penalty used", "logged by the trainer"))
+    return Detection(f"exploding KL: kl/mean reached {s[-1]:.1f} nats", severity, kl.steps[onset], tuple(found))
+
+
+@rule("kl_negative", "exploding_kl", requires=("kl/mean",), thresholds=(KL_NEGATIVE_LIMIT,),
+      causes=(causes.logprob_bookkeeping, causes.kl_control, causes.advantages_values))
+def kl_negative(table: MetricTable) -> Detection | None:
+    """A sampled estimate of KL(pi || ref) that stays negative: the logprobs are not of the sampler."""
+    limit = KL_NEGATIVE_LIMIT.value
+    return crossing(table, "kl/mean", lambda v: v < limit,
+                    lambda kl: f"negative KL: kl/mean fell to {min(kl.values):.2f} nats",
+                    f"smoothed kl/mean < {limit} nats", KL_NEGATIVE_LIMIT.source, "high")
+
+
+@rule("kl_controller_wrong_way", "exploding_kl", requires=("kl/mean", "kl/coef"), thresholds=(CONTROLLER_DEADBAND,),
+      causes=(causes.inverted_controller, causes.logprob_bookkeeping))
+def kl_controller_wrong_way(table: MetricTable) -> Detection | None:
+    """Adaptive beta moving against the KL error (down while KL is above target, up below
+    it), or stuck while KL is far from target."""
+    target = table.settings.kl_target
+    if target is None:
+        return None
+    kl, coef = table.get("kl/mean"), table.get("kl/coef")
+    n = min(len(kl), len(coef))
+    length = max(3, window(n))
+    deadband = CONTROLLER_DEADBAND.value
+    wrong, stuck = [], []
+    for i in range(1, n):
+        change = coef.values[i] - coef.values[i - 1]
+        error = kl.values[i - 1] - target
+        wrong.append(change != 0 and error != 0 and math.copysign(1, change) != math.copysign(1, error))
+        stuck.append(change == 0 and abs(error) > deadband * target)
+    for flags, title, condition in (
+        (wrong, "KL controller moves beta the wrong way", "beta changes against sign(kl - target)"),
+        (stuck, "KL controller stuck while KL is off target",
+         f"beta unchanged while |kl - target| > {deadband} x target"),
+    ):
+        onset = sustained(flags, length)
+        if onset is not None:
+            return Detection(title, "high", coef.steps[onset + 1], (
+                evidence("kl/coef", coef, onset + 1, f"{condition} (target {target:g}) for {length} iterations "
+                         "in a row", CONTROLLER_DEADBAND.source),
+                evidence("kl/mean", kl, onset, f"target {target:g} nats", "the run's KL target (settings)"),
+            ))
+    return None

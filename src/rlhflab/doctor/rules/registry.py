@@ -1,0 +1,118 @@
+"""The rule registry: each rule is declared once, beside its detect function, with its
+symptom, the metrics it needs, its named thresholds and their sources, the causes it
+blames (a default ranking) and the clues that reorder them.
+
+    @rule("kl_negative", "exploding_kl", requires=("kl/mean",), thresholds=(KL_NEGATIVE,),
+          causes=(causes.bookkeeping, causes.kl_control))
+    def kl_negative(table: MetricTable) -> Detection | None: ...
+
+Tests, the docs' rule table (`rlhflab doctor --rules-doc`) and `ppo.stop_on` iterate
+the registry, so a rule cannot be half-added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from rlhflab.doctor.causes import CauseMaker, Clue
+from rlhflab.doctor.findings import Evidence, Severity, Symptom
+from rlhflab.doctor.signals import first_where, smooth, window
+from rlhflab.doctor.table import MetricTable, Series
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A named number a rule compares against, and where it comes from: a paper, or the
+    labelled runs it was fitted on with its margin."""
+
+    name: str
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Detection:
+    title: str
+    severity: Severity
+    onset_step: int
+    evidence: tuple[Evidence, ...]
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    symptom: Symptom
+    requires: tuple[str, ...]
+    detect: Callable[[MetricTable], Detection | None]
+    thresholds: tuple[Threshold, ...]
+    causes: tuple[CauseMaker, ...]  # the default ranking, most common cause first
+    clues: tuple[Clue, ...]
+    order: tuple[int, int]  # (family, position in its module): the registry's order
+
+    @property
+    def description(self) -> str:
+        return (self.detect.__doc__ or "").strip()
+
+    @property
+    def family(self) -> str:
+        return self.detect.__module__.rsplit(".", 1)[-1]
+
+
+# Families in the order their rules are run and reported; one module each.
+FAMILIES = ("kl", "collapse", "hacking", "responses", "update", "reward_model")
+_REGISTERED: dict[str, Rule] = {}
+
+
+def rule(name: str, symptom: Symptom, requires: tuple[str, ...] = (), thresholds: tuple[Threshold, ...] = (),
+         causes: tuple[CauseMaker, ...] = (), clues: tuple[Clue, ...] = ()):
+    """Register the decorated detect function as the rule `name`."""
+
+    def register(detect: Callable[[MetricTable], Detection | None]):
+        if name in _REGISTERED:
+            raise ValueError(f"rule {name!r} registered twice")
+        family = detect.__module__.rsplit(".", 1)[-1]
+        if family not in FAMILIES:
+            raise ValueError(f"rule {name!r}: module {detect.__module__} is not a rule family {FAMILIES}")
+        position = sum(r.family == family for r in _REGISTERED.values())
+        _REGISTERED[name] = Rule(name, symptom, requires, detect, thresholds, causes, clues,
+                                 (FAMILIES.index(family), position))
+        return detect
+
+    return register
+
+
+def registered() -> tuple[Rule, ...]:
+    return tuple(sorted(_REGISTERED.values(), key=lambda r: r.order))
+
+
+# --- helpers the rules share -------------------------------------------------------------
+def evidence(metric: str, series: Series, index: int, threshold: str, source: str, **extra: float) -> Evidence:
+    observed = {"start": series.values[0], "at_onset": series.values[index], "end": series.values[-1]}
+    return Evidence(metric, series.steps[index], observed | extra, threshold, source)
+
+
+def persistence(n: int) -> int:
+    """Points in a row a condition must hold: half a smoothing window, at least 2."""
+    return max(2, window(n) // 2 + 1)
+
+
+def crossing(table: MetricTable, metric: str, predicate: Callable[[float], bool], title: Callable[[Series], str],
+             threshold: str, source: str, severity: Severity = "medium") -> Detection | None:
+    """The common rule shape: the smoothed series satisfies `predicate` persistently."""
+    series = table.get(metric)
+    onset = first_where(smooth(series.values, window(len(series))), predicate, persistence(len(series)))
+    if onset is None:
+        return None
+    return Detection(title(series), severity, series.steps[onset], (evidence(metric, series, onset, threshold,
+                                                                             source),))
+
+
+def last(table: MetricTable, metric: str) -> float | None:
+    s = table.get(metric)
+    return s.values[-1] if s is not None else None
+
+
+def mean(table: MetricTable, metric: str) -> float | None:
+    s = table.get(metric)
+    return sum(s.values) / len(s) if s is not None else None

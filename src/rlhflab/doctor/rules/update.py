@@ -1,0 +1,176 @@
+"""PPO update health: the policy/old ratio, clipping, approx-KL, the critic, non-finite
+numbers and gradient spikes."""
+
+from __future__ import annotations
+
+from rlhflab.doctor import causes
+from rlhflab.doctor.causes import Clue
+from rlhflab.doctor.findings import Cause, Evidence
+from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, mean, persistence, rule
+from rlhflab.doctor.signals import first_where, rolling_median, smooth, window
+from rlhflab.doctor.table import MetricTable
+
+RATIO_LOW = Threshold("RATIO_LOW", 0.8, "TRL logging docs: val/ratio should float around 1.0")
+RATIO_HIGH = Threshold("RATIO_HIGH", 1.25, "TRL logging docs: val/ratio should float around 1.0")
+RATIO_MAX_LIMIT = Threshold(
+    "RATIO_MAX_LIMIT", 50.0,
+    "a clipped objective cannot stop one token's probability exploding; single iterations of healthy demo runs "
+    "reach 120 (one token among thousands), their windowed median stays below 15 (docs/doctor.md)")
+CLIPFRAC_LIMIT = Threshold(
+    "CLIPFRAC_LIMIT", 0.3, "37 implementation details of PPO (Huang et al. 2022): clipfrac is usually 0.1-0.2")
+APPROXKL_LIMIT = Threshold(
+    "APPROXKL_LIMIT", 0.3, "healthy demo runs stay below 0.15 (docs/benchmarks.md); PPO targets ~0.01-0.02 per update")
+EXPLAINED_VARIANCE_LIMIT = Threshold(
+    "EXPLAINED_VARIANCE_LIMIT", -0.5,
+    "37 implementation details of PPO: explained variance should rise towards 1; below 0 the critic is worse than "
+    "a constant")
+GRAD_SPIKE_FACTOR = Threshold(
+    "GRAD_SPIKE_FACTOR", 10.0, "spikes precede divergence (Huang et al. 2022, global gradient clipping)")
+ADV_STD_LIMIT = Threshold(
+    "ADV_STD_LIMIT", 10.0,
+    "standardised rewards give advantages of std about 1 (docs/metrics.md); 10x that means unnormalised rewards")
+
+
+def _large_updates(table: MetricTable) -> Cause | None:
+    approxkl, clipfrac = mean(table, "policy/approxkl"), mean(table, "policy/clipfrac")
+    if (approxkl is not None and approxkl > APPROXKL_LIMIT.value) or (
+            clipfrac is not None and clipfrac > CLIPFRAC_LIMIT.value):
+        return Cause("ppo_hyperparameters",
+                     f"PPO steps are too large (mean approxkl {approxkl or 0:.2f}, clipfrac {clipfrac or 0:.2f})",
+                     None)
+    return None
+
+
+def _unscaled_rewards(table: MetricTable) -> Cause | None:
+    adv_std = mean(table, "adv/std")
+    if adv_std is not None and adv_std > ADV_STD_LIMIT.value:
+        return Cause("reward_scaling", f"advantages have std {adv_std:.0f} before whitening: rewards are not "
+                                       "standardised", None)
+    return None
+
+
+LARGE_UPDATES = Clue("large_updates", 3, _large_updates,
+                     "mean `policy/approxkl` > APPROXKL_LIMIT or mean `policy/clipfrac` > CLIPFRAC_LIMIT")
+UNSCALED_REWARDS = Clue("unscaled_rewards", 4, _unscaled_rewards, "mean `adv/std` > ADV_STD_LIMIT")
+UPDATE_CAUSES = (causes.step_size, causes.reward_scaling, causes.logprob_bookkeeping)
+NON_FINITE_CAUSES = (causes.reward_scaling, causes.step_size, causes.logprob_bookkeeping)
+
+
+@rule("ratio_off", "ppo_instability", requires=("policy/ratio_mean",),
+      thresholds=(RATIO_LOW, RATIO_HIGH, RATIO_MAX_LIMIT),
+      causes=(causes.logprob_bookkeeping, causes.step_size, causes.advantages_values),
+      clues=(causes.CLIP_NEVER_CLIPS,))
+def ratio_off(table: MetricTable) -> Detection | None:
+    """The policy/old ratio far from 1 on average, or exploding on some token."""
+    mean_ratio = table.get("policy/ratio_mean")
+    low, high = RATIO_LOW.value, RATIO_HIGH.value
+    onset = first_where(smooth(mean_ratio.values, window(len(mean_ratio))), lambda v: not low <= v <= high,
+                        persistence(len(mean_ratio)))
+    found = []
+    if onset is not None:
+        found.append(evidence("policy/ratio_mean", mean_ratio, onset, f"smoothed ratio outside [{low}, {high}]",
+                              RATIO_LOW.source))
+    top = table.get("policy/ratio_max")
+    top_onset = None
+    if top is not None:
+        # The max over an iteration's thousands of tokens is heavy-tailed: healthy demo runs
+        # reach 120 on one iteration, but their median over a window stays below 15. So
+        # the median, not single values, must stay above the limit.
+        width = window(len(top))
+        medians = rolling_median(top.values, width)
+        above = first_where(medians, lambda v: v > RATIO_MAX_LIMIT.value, persistence(len(top)))
+        if above is not None:
+            top_onset = above + width - 1
+            found.append(evidence("policy/ratio_max", top, top_onset,
+                                  f"median of ratio_max over {width} iterations > {RATIO_MAX_LIMIT.value}, "
+                                  "persistently", RATIO_MAX_LIMIT.source))
+    if not found:
+        return None
+    steps = [s for s in (mean_ratio.steps[onset] if onset is not None else None,
+                         top.steps[top_onset] if top_onset is not None else None) if s is not None]
+    return Detection("policy/old ratio far from 1", "high", min(steps), tuple(found))
+
+
+@rule("clipfrac_high", "ppo_instability", requires=("policy/clipfrac",), thresholds=(CLIPFRAC_LIMIT,),
+      causes=UPDATE_CAUSES, clues=(causes.CLIP_NEVER_CLIPS, UNSCALED_REWARDS))
+def clipfrac_high(table: MetricTable) -> Detection | None:
+    """Fraction of clipped tokens persistently high: steps too large."""
+    return crossing(table, "policy/clipfrac", lambda v: v > CLIPFRAC_LIMIT.value,
+                    lambda s: f"updates too large: policy/clipfrac {max(s.values):.3g}",
+                    f"smoothed policy/clipfrac > {CLIPFRAC_LIMIT.value}", CLIPFRAC_LIMIT.source)
+
+
+@rule("approxkl_high", "ppo_instability", requires=("policy/approxkl",), thresholds=(APPROXKL_LIMIT,),
+      causes=UPDATE_CAUSES, clues=(causes.CLIP_NEVER_CLIPS, UNSCALED_REWARDS))
+def approxkl_high(table: MetricTable) -> Detection | None:
+    """Approximate KL between consecutive policies persistently high: steps too large."""
+    return crossing(table, "policy/approxkl", lambda v: v > APPROXKL_LIMIT.value,
+                    lambda s: f"updates too large: policy/approxkl {max(s.values):.3g}",
+                    f"smoothed policy/approxkl > {APPROXKL_LIMIT.value}", APPROXKL_LIMIT.source)
+
+
+@rule("value_explained_variance_low", "ppo_instability", requires=("value/explained_variance",),
+      thresholds=(EXPLAINED_VARIANCE_LIMIT,),
+      causes=(causes.advantages_values, causes.reward_scaling, causes.step_size), clues=(UNSCALED_REWARDS,))
+def value_explained_variance_low(table: MetricTable) -> Detection | None:
+    """The critic predicts returns worse than a constant would, persistently after warm-up."""
+    ev = table.get("value/explained_variance")
+    skip = len(ev) // 5
+    values = smooth(ev.values, window(len(ev)))[skip:]
+    onset = first_where(values, lambda v: v < EXPLAINED_VARIANCE_LIMIT.value, max(3, window(len(ev))))
+    if onset is None:
+        return None
+    return Detection(
+        "value function worse than a constant", "medium", ev.steps[skip + onset],
+        (evidence("value/explained_variance", ev, skip + onset,
+                  f"smoothed EV < {EXPLAINED_VARIANCE_LIMIT.value} after the first 20%",
+                  EXPLAINED_VARIANCE_LIMIT.source),),
+    )
+
+
+@rule("non_finite", "ppo_instability", causes=NON_FINITE_CAUSES, clues=(UNSCALED_REWARDS,))
+def non_finite(table: MetricTable) -> Detection | None:
+    """Any NaN or Inf in a logged metric."""
+    if not table.non_finite:
+        return None
+    first = min(min(steps) for steps in table.non_finite.values())
+    found = tuple(
+        Evidence(metric, min(steps), {"count": float(len(steps))}, "any NaN or Inf", "a finite run logs finite numbers")
+        for metric, steps in sorted(table.non_finite.items())
+    )
+    return Detection(f"non-finite values in {len(found)} metric(s)", "high", first, found)
+
+
+@rule("updates_skipped", "ppo_instability", requires=("guard/skipped_updates",), causes=NON_FINITE_CAUSES,
+      clues=(UNSCALED_REWARDS,))
+def updates_skipped(table: MetricTable) -> Detection | None:
+    """Updates the trainer's non-finite guard skipped (a NaN/Inf loss or gradient)."""
+    skipped = table.get("guard/skipped_updates")
+    hits = [i for i, v in enumerate(skipped.values) if v > 0]
+    if not hits:
+        return None
+    return Detection(
+        f"non-finite updates skipped at {len(hits)} iteration(s)", "high", skipped.steps[hits[0]],
+        (evidence("guard/skipped_updates", skipped, hits[0], "any skipped update",
+                  "a finite loss and gradient are the precondition of an optimiser step", iterations=float(len(hits))),),
+    )
+
+
+@rule("grad_norm_spikes", "ppo_instability", requires=("policy/grad_norm",), thresholds=(GRAD_SPIKE_FACTOR,),
+      causes=(causes.reward_scaling, causes.step_size), clues=(UNSCALED_REWARDS,))
+def grad_norm_spikes(table: MetricTable) -> Detection | None:
+    """Gradient norm jumping far above its running median, repeatedly."""
+    g = table.get("policy/grad_norm")
+    spikes = []
+    for i in range(window(len(g)), len(g)):
+        history = sorted(g.values[:i])
+        median = history[len(history) // 2]
+        if median > 0 and g.values[i] > GRAD_SPIKE_FACTOR.value * median:
+            spikes.append(i)
+    if len(spikes) < 3:
+        return None
+    return Detection(
+        f"gradient-norm spikes at {len(spikes)} iterations", "medium", g.steps[spikes[0]],
+        (evidence("policy/grad_norm", g, spikes[0], f"grad_norm > {GRAD_SPIKE_FACTOR.value}x its running median, "
+                  "3+ times", GRAD_SPIKE_FACTOR.source, spikes=float(len(spikes))),),
+    )

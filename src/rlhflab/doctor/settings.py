@@ -1,0 +1,59 @@
+"""`RunSettings`: what a log tells of its run's configuration.
+
+Every format fills what its log holds (rlhflab's `config.toml`, a trainer's saved
+arguments) and leaves the rest None: a rule or a cause that needs a setting the log
+does not tell falls back to the metrics, or says nothing. Fixes name these fields, and
+each format renders them in its own trainer's vocabulary (`formats/`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    trainer: str = "unknown"
+    """The format that read the log (`rlhflab doctor --list-formats`)."""
+    kl_coef: Optional[float] = None
+    """Coefficient beta of the KL penalty (its initial value when adaptive); 0 = no penalty."""
+    kl_estimator: Optional[str] = None
+    """Per-token KL estimator of the penalty: k1, k2 or k3 (Schulman 2020)."""
+    kl_target: Optional[float] = None
+    """Target per-sequence KL of an adaptive controller (Ziegler et al. 2019); None = fixed beta."""
+    kl_horizon: Optional[int] = None
+    """Horizon of the adaptive controller, in episodes."""
+    clip_eps: Optional[float] = None
+    """Policy ratio clip range."""
+    value_clip_eps: Optional[float] = None
+    """Value clip range."""
+    lr: Optional[float] = None
+    """Policy learning rate."""
+    entropy_coef: Optional[float] = None
+    """Weight of the entropy bonus in the loss."""
+    batch_size: Optional[int] = None
+    """Responses per update batch."""
+    group_size: Optional[int] = None
+    """Responses per prompt (GRPO/RLOO groups)."""
+    response_length: Optional[int] = None
+    """Maximum new tokens per response."""
+    normalize_reward: Optional[bool] = None
+    """Whether reward-model scores are standardised before PPO sees them."""
+    missing_eos_penalty: Optional[float] = None
+    """Score subtracted from responses that do not end."""
+    reward_pairs: Optional[int] = None
+    """Comparisons the reward model was trained on."""
+    reward_epochs: Optional[int] = None
+    """Passes of reward-model training over them."""
+    reward_train_max: Optional[float] = None
+    """The highest (standardised) score the reward model gave on its own training data."""
+    has_gold: bool = False
+    """Whether the log holds a gold or held-out evaluation signal (`reward/gold_mean`)."""
+
+    @property
+    def adaptive_kl(self) -> bool:
+        return self.kl_target is not None
+
+
+SETTING_NAMES = tuple(f.name for f in fields(RunSettings))

@@ -1,0 +1,201 @@
+"""Stage 3 as a run: the PPO loop with its run control. It logs `metrics/ppo.jsonl` and
+`samples/ppo.jsonl`, writes resumable checkpoints (every `ppo.checkpoint_every`
+iterations, on SIGINT/SIGTERM, when stopped early), runs the doctor live (`ppo.stop_on`)
+and compares the starting policy with the final one on held-out prompts. The PPO step
+itself is `trainer.py`."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import asdict
+from pathlib import Path
+
+from rlhflab.checkpoint import (
+    ResumePoint,
+    count_lines,
+    has_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    truncate_lines,
+)
+from rlhflab.config import PipelineConfig, stop_rules
+from rlhflab.distributed import Cluster
+from rlhflab.doctor.diagnose import diagnose, write_diagnosis
+from rlhflab.doctor.formats.rlhflab import reward_train_max, settings_from_config
+from rlhflab.doctor.settings import RunSettings
+from rlhflab.doctor.table import MetricTable
+from rlhflab.ppo.components import PPOComponents
+from rlhflab.ppo.evaluation import evaluate_policy
+from rlhflab.ppo.rollout import Rollout
+from rlhflab.ppo.trainer import PPOState, load_ppo_state, ppo_iteration
+from rlhflab.progress import console, progress_bar
+from rlhflab.runs import RunDir, append_jsonl, read_jsonl, stage_logger, write_json
+from rlhflab.seeding import derive_seed, torch_generator
+from rlhflab.sources import context_length, policy_dir, prompt_task
+
+
+def run_ppo(
+    config: PipelineConfig,
+    run: RunDir,
+    components: PPOComponents = PPOComponents(),
+    show_progress: bool = True,
+    resume: bool = False,
+    cluster: Cluster = Cluster.single(),
+) -> dict[str, dict[str, float]]:
+    """Train, log `metrics/ppo.jsonl` and `samples/ppo.jsonl`, save the policy, and
+    compare the starting policy with the final one on held-out prompts.
+
+    A resumable checkpoint is written every `ppo.checkpoint_every` iterations, on SIGINT
+    or SIGTERM (then the run exits), and when the run stops early. With `resume`, the run
+    continues from RUN/checkpoints/ppo: lines logged after that checkpoint are dropped
+    and logged again, so the metrics file has every step once. Under torchrun only the
+    first process writes files; every process runs the same loop (distributed.py)."""
+    cfg = config.ppo
+    state = load_ppo_state(config, run, components, cluster.device)
+    state.cluster, writer = cluster, cluster.is_main
+    show_progress = show_progress and writer
+    task = prompt_task(config, state.tokenizer, context_length(policy_dir(config, run), config))
+    evaluate = lambda lm: evaluate_policy(  # noqa: E731
+        lm, state.reference, state.reward, task.world, state.tokenizer, task.eval_prompts,
+        cfg.response_length, cfg.temperature, torch_generator(config.seed, "eval-sampling"),
+    )
+    generator = torch_generator(config.seed, "ppo", "sampling")
+    checkpoint_dir = run.checkpoints / "ppo"
+    if resume and has_checkpoint(checkpoint_dir):
+        point = load_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller, generator)
+        records = read_jsonl(run.metrics("ppo"))[: point.metrics_lines]
+        cluster.barrier()  # every process has read the file before the first one cuts it
+        if writer:
+            truncate_lines(run.metrics("ppo"), point.metrics_lines)
+            truncate_lines(run.samples("ppo"), point.samples_lines)
+            console.print(f"resuming PPO at iteration {point.next_step} from {checkpoint_dir}")
+        before, first = point.before, point.next_step
+    else:
+        before, first, records = evaluate(state.policy.lm), 0, []
+        if writer:
+            run.samples("ppo").unlink(missing_ok=True)
+
+    def checkpoint(next_step: int) -> None:
+        if writer:
+            save_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller, generator,
+                            ResumePoint(next_step, count_lines(run.metrics("ppo")),
+                                        count_lines(run.samples("ppo")), before))
+
+    logger = stage_logger(run, "ppo", append=first > 0, writer=writer)
+    watch = LiveDoctor(config, state, records)
+    stopped, step = None, first - 1
+    with StopSignals() as signals, progress_bar("stage 3 ppo", cfg.iterations, show_progress, first) as bar:
+        for step in range(first, cfg.iterations):
+            prompts = components.prompts(task.train, cfg.batch_size, derive_seed(config.seed, "ppo-prompts", str(step)))
+            rollout, metrics = ppo_iteration(state, prompts, generator)
+            gold = task.gold(rollout.prompts, rollout.responses) if task.gold is not None else None
+            if gold is not None:
+                metrics["reward/gold_mean"] = sum(gold) / len(gold)
+            logger.log(step, metrics)
+            if writer:
+                _log_samples(run, step, rollout, gold, cfg.samples_per_iteration)
+            bar.advance(info=f"proxy {metrics['reward/proxy_mean']:+.2f}"
+                             + (f" gold {metrics['reward/gold_mean']:+.2f}" if gold is not None else "")
+                             + f" kl {metrics['kl/mean']:.2f}")
+            stopped = watch.observe(step, metrics)
+            if stopped is not None or signals.received or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
+                checkpoint(step + 1)
+            if signals.received:
+                logger.close()
+                raise Interrupted(signals.received, step + 1, checkpoint_dir)
+            if stopped is not None:
+                if writer:
+                    watch.stop(run, stopped)
+                break
+    logger.close()
+    after = evaluate(state.policy.lm)
+    summary = {"stage1": before, "policy": after}
+    if stopped is not None:
+        summary["stopped"] = {"step": step, "rule": stopped.rule, "title": stopped.title}
+    if writer:
+        state.policy.save(run.stage3_policy, state.tokenizer)
+        write_json(run.root / "metrics" / "eval.json", summary)
+    cluster.barrier()
+    return summary
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived; the run saved a checkpoint after the current iteration."""
+
+    def __init__(self, signum: int, next_step: int, checkpoint_dir: Path) -> None:
+        super().__init__(f"stopped by signal {signum} after iteration {next_step - 1}; checkpoint in "
+                         f"{checkpoint_dir}; continue with --resume")
+        self.signum = signum
+
+
+class StopSignals:
+    """While active, SIGINT and SIGTERM only set `received`: the loop finishes the
+    iteration, saves a checkpoint and exits, instead of dying mid-write."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signum
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+class LiveDoctor:
+    """Runs the doctor's detectors on the metrics so far every `ppo.doctor_every` iterations
+    and returns the first finding whose rule is in `ppo.stop_on`; and stops the run after
+    `ppo.max_nonfinite_iterations` iterations in a row with a skipped (non-finite) update."""
+
+    def __init__(self, config: PipelineConfig, state: PPOState, records: list[dict] | None = None) -> None:
+        self.config, self.state = config, state
+        self.stop_on = set(stop_rules(config.ppo))
+        self.records: list[dict] = list(records or [])
+        self.last_diagnosis = None
+        # What the doctor reads of a run's config.toml, from the config itself.
+        self.settings = settings_from_config(asdict(config))
+        limit = reward_train_max(state.reward.model.config.to_dict())
+        if limit is not None:
+            self.settings["reward_train_max"] = limit
+
+    def observe(self, step: int, metrics: dict[str, float]):
+        self.records.append({"step": step, **metrics})
+        limit = self.config.ppo.max_nonfinite_iterations
+        recent = self.records[-limit:]
+        if len(recent) == limit and all(r.get("guard/skipped_updates", 0) for r in recent):
+            return next(f for f in self._diagnose().findings if f.rule == "updates_skipped")
+        if not self.stop_on or (step + 1) % self.config.ppo.doctor_every:
+            return None
+        return next((f for f in self._diagnose().findings if f.rule in self.stop_on), None)
+
+    def _diagnose(self):
+        table = MetricTable.from_records(self.records, source="live")
+        table.settings = RunSettings(trainer="rlhflab", **self.settings,
+                                     has_gold=table.get("reward/gold_mean") is not None)
+        self.last_diagnosis = diagnose(table)
+        return self.last_diagnosis
+
+    def stop(self, run: RunDir, finding) -> None:
+        """Save the policy as an HF directory and write the diagnosis that stopped the run."""
+        self.last_diagnosis.source = str(run.root)
+        self.state.policy.save(run.checkpoints / "stopped", self.state.tokenizer)
+        write_diagnosis(self.last_diagnosis, run.diagnosis)
+        console.print(f"[red]stopped at iteration {self.records[-1]['step']}:[/red] {finding.title} "
+                      f"(rule {finding.rule}); checkpoint in {run.checkpoints / 'stopped'}")
+
+
+def _log_samples(run: RunDir, step: int, rollout: Rollout, gold: list[float] | None, n: int) -> None:
+    append_jsonl(run.samples("ppo"), [
+        {"step": step, "prompt": rollout.prompts[i], "response": rollout.responses[i],
+         "proxy": float(rollout.proxy[i])} | ({"gold": gold[i]} if gold is not None else {})
+        for i in range(min(n, len(rollout.prompts)))
+    ])

@@ -1,0 +1,132 @@
+"""The package's layering: no import cycles, no upward imports, and a doctor that is pure
+log analysis (it loads no torch, transformers or pipeline module)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# Low to high: a unit may import its own layer's units and lower ones, never higher ones.
+LAYERS = (
+    {"runs", "seeding", "progress", "worlds", "metrics", "data", "distributed", "checkpoint"},
+    {"doctor"},  # pure log analysis: the run-directory layout (runs) is all it may use
+    {"config"},
+    {"models"},
+    {"sources"},
+    {"ppo", "stages"},
+    {"faults", "faults.zoo", "checkup"},
+    {"pipeline"},
+    {"verify"},
+    {"faults.bench"},
+    {"integrations", "cli"},
+)
+LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
+# What `import rlhflab.doctor` may load of rlhflab: itself and the run-directory layout.
+DOCTOR_MAY_IMPORT = ("rlhflab.doctor", "rlhflab.runs")
+HEAVY = ("torch", "transformers", "tokenizers", "safetensors", "accelerate", "matplotlib", "tensorboard", "numpy")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _unit(module: str) -> str:
+    """`rlhflab.ppo.trainer` -> `ppo`; the fault zoo and its bench are separate units."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "rlhflab"
+    if parts[0] == "faults" and len(parts) > 1:
+        return f"faults.{parts[1]}"
+    return parts[0]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the rlhflab modules it imports, at module level or inside a function."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in (SRC / "rlhflab").rglob("*.py"):
+        module = _module_name(path)
+        graph[module]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlhflab"):
+                graph[module].add(node.module)
+            elif isinstance(node, ast.Import):
+                graph[module].update(a.name for a in node.names if a.name.startswith("rlhflab"))
+    return graph
+
+
+def test_every_unit_has_a_layer():
+    units = {_unit(m) for m in import_graph()} - {"rlhflab"}
+    assert units <= set(LAYER_OF), f"units without a layer: {sorted(units - set(LAYER_OF))}"
+
+
+def test_no_upward_imports():
+    upward = sorted(
+        f"{module} -> {target}" for module, targets in import_graph().items() for target in targets
+        if _unit(module) in LAYER_OF and _unit(target) in LAYER_OF and LAYER_OF[_unit(target)] > LAYER_OF[_unit(module)]
+    )
+    assert not upward, "\n".join(upward)
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of `graph` (as a path that ends where it starts), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path + [node, nxt]
+            if nxt not in state:
+                found = visit(nxt, path + [node])
+                if found:
+                    return found
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node, [])
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycles_between_units():
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module, targets in import_graph().items():
+        graph[_unit(module)].update(_unit(t) for t in targets if _unit(t) != _unit(module))
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_the_doctor_loads_nothing_heavy_even_when_diagnosing_a_trl_log(tmp_path: Path):
+    log = tmp_path / "trainer_state.json"
+    log.write_text(json.dumps({"log_history": [{"step": i, "objective/kl": 0.1 * i, "objective/scores": 0.01 * i}
+                                               for i in range(1, 30)]}))
+    code = (
+        "import sys, json\n"
+        "import rlhflab.doctor\n"
+        "after_import = set(sys.modules)\n"
+        "from rlhflab.doctor import diagnose_path, diagnosis_json\n"
+        f"diagnosis_json(diagnose_path({str(log)!r}))\n"
+        "print(json.dumps([sorted(after_import), sorted(sys.modules)]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    for loaded in json.loads(out):
+        heavy = [m for m in loaded if m.split(".")[0] in HEAVY]
+        ours = [m for m in loaded if m.startswith("rlhflab.") and not m.startswith(DOCTOR_MAY_IMPORT)]
+        assert not heavy, heavy
+        assert not ours, ours
+        assert "rlhflab.doctor.diagnose" in loaded

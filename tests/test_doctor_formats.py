@@ -1,0 +1,210 @@
+"""Log formats on small fixtures written by the tests (TRL trainer_state.json, TensorBoard
+event files, CSV and JSONL with a user mapping, an rlhflab run directory): recognised by
+content, names mapped, units converted, settings read, fixes rendered in the trainer's
+own vocabulary; and the rule table of docs/doctor.md is the registry's."""
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlhflab.cli import app
+from rlhflab.doctor.diagnose import diagnose
+from rlhflab.doctor.formats import FORMATS, LogFormatError, detect_format, read_log
+from rlhflab.doctor.formats.mapping import parse_map_options, parse_pairs
+from rlhflab.doctor.formats.rlhflab import CONFIG_KEYS, settings_from_config
+from rlhflab.doctor.ruledoc import doc_is_current
+from rlhflab.doctor.settings import SETTING_NAMES
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def trl_log_history(n=40, explode=False):
+    """Entries shaped like TRL PPOTrainer's log_history (its metric names)."""
+    history = []
+    for i in range(n):
+        kl = 0.1 * i + (2 * math.exp(0.15 * (i - 20)) if explode and i > 20 else 0)
+        history.append({
+            "episode": 64 * (i + 1), "epoch": i / n, "step": i + 1, "eps": 12,
+            "objective/kl": kl, "objective/entropy": 20.0 - 0.05 * i, "objective/non_score_reward": -0.05 * kl,
+            "objective/rlhf_reward": 0.02 * i, "objective/scores": 0.03 * i, "policy/approxkl_avg": 0.01,
+            "policy/clipfrac_avg": 0.05, "loss/policy_avg": -0.01, "loss/value_avg": 0.2, "val/clipfrac_avg": 0.1,
+            "policy/entropy_avg": 1.5 - 0.002 * i, "val/ratio": 1.0, "val/ratio_var": 1e-4,
+            "val/num_eos_tokens": 60, "lr": 3e-6, "custom/thing": 1.0,
+        })
+    return history
+
+
+def write_trl(tmp_path: Path, name="trainer_state.json", **kwargs) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps({"log_history": trl_log_history(**kwargs), "global_step": 40}))
+    return path
+
+
+def test_trl_trainer_state_maps_names_and_reports_unknown(tmp_path: Path):
+    table = read_log(write_trl(tmp_path))
+    assert table.settings.trainer == "trl"
+    assert table.get("kl/mean").values[3] == pytest.approx(0.3)
+    assert table.get("policy/entropy").values[0] == pytest.approx(1.5)  # per-token entropy preferred
+    assert table.unit("policy/entropy") == "nats/token"
+    assert table.get("reward/proxy_mean").values[-1] == pytest.approx(0.03 * 39)
+    assert table.get("policy/ratio_mean").values[0] == 1.0
+    assert table.get("policy/clipfrac").steps[0] == 1
+    assert table.unknown == ["custom/thing"]
+    diagnosis = diagnose(table)
+    assert diagnosis.healthy
+    assert "reward_hacking_gold" in diagnosis.skipped  # no gold in a TRL log: said, not guessed
+
+
+def test_a_per_sequence_entropy_fills_in_only_when_no_per_token_one_exists_and_says_its_unit(tmp_path: Path):
+    history = [{k: v for k, v in row.items() if k != "policy/entropy_avg"} for row in trl_log_history()]
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"log_history": history}))
+    table = read_log(path)
+    assert table.get("policy/entropy").values[0] == pytest.approx(20.0)
+    assert table.unit("policy/entropy") == "nats/sequence"
+    assert any("policy/entropy is in nats/sequence" in note for note in table.notes)
+
+
+def test_trl_log_with_exploding_kl_is_diagnosed_in_trl_vocabulary(tmp_path: Path):
+    diagnosis = diagnose(read_log(write_trl(tmp_path, explode=True)))
+    finding = next(f for f in diagnosis.findings if f.rule == "kl_explosion")
+    assert finding.causes[0].component == "kl_control"
+
+
+def test_a_trl_log_is_recognised_by_content_under_any_name(tmp_path: Path):
+    path = write_trl(tmp_path, name="history.json")
+    assert detect_format(path).name == "trl"
+    with pytest.raises(LogFormatError, match="unknown log format"):
+        detect_format(tmp_path)
+
+
+def test_trl_reader_errors_name_the_file(tmp_path: Path):
+    bad = tmp_path / "trainer_state.json"
+    bad.write_text('{"log_history": [\n{"step": 1,}\n]}')
+    with pytest.raises(LogFormatError, match=r"trainer_state.json:2: invalid JSON"):
+        read_log(bad)
+    bad.write_text('{"global_step": 3}')
+    with pytest.raises(LogFormatError, match="'log_history' list"):
+        read_log(bad)
+
+
+def test_tensorboard_events_are_read(tmp_path: Path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
+    for i in range(30):
+        writer.add_scalar("train/objective/kl", 0.1 * i, i)
+        writer.add_scalar("kl/coef", 0.2, i)
+        writer.add_scalar("response/distinct_2", 0.8, i)
+    writer.close()
+    table = read_log(tmp_path / "tb")
+    assert table.settings.trainer == "tensorboard"
+    assert table.get("kl/mean").values[10] == pytest.approx(1.0)
+    assert table.get("kl/coef").steps == tuple(range(30))
+    assert table.unknown == []
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(LogFormatError, match="no TensorBoard event files"):
+        read_log(tmp_path / "empty", format_name="tensorboard")
+
+
+def test_csv_and_jsonl_with_a_user_mapping(tmp_path: Path):
+    csv_path = tmp_path / "log.csv"
+    rows = ["iter,my_kl,my_reward,other"] + [f"{i},{0.1 * i},{0.02 * i},{i}" for i in range(20)]
+    csv_path.write_text("\n".join(rows) + "\n")
+    table = read_log(csv_path, parse_pairs(["my_kl=kl/mean", "my_reward=reward/proxy_mean", "iter=step"]))
+    assert table.get("kl/mean").values[5] == pytest.approx(0.5)
+    assert table.get("kl/mean").steps[5] == 5
+    assert table.unknown == ["other"]
+    with pytest.raises(LogFormatError, match=r"log.csv:1: no 'step' column"):
+        read_log(csv_path)
+    jsonl = tmp_path / "log.jsonl"
+    jsonl.write_text("\n".join(json.dumps({"step": i, "kl": 0.1 * i, "loss": None if i == 3 else 1.0})
+                               for i in range(10)) + "\n")
+    table = read_log(jsonl, parse_pairs(["kl=kl/mean", "loss=policy/loss"]))
+    assert table.non_finite == {"policy/loss": [3]}
+    assert "non_finite" in {f.rule for f in diagnose(table).findings}
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"step": 0}\n{oops\n')
+    with pytest.raises(LogFormatError, match=r"broken.jsonl:2: invalid JSON"):
+        read_log(broken)
+    with pytest.raises(LogFormatError, match="not a canonical metric name"):
+        parse_pairs(["kl=kl/means"])
+
+
+def test_a_toml_mapping_states_units_and_the_table_converts_them(tmp_path: Path):
+    log = tmp_path / "run.log"  # no telling suffix: the format is forced
+    log.write_text("\n".join(json.dumps({"it": i, "kl_tok": 0.01 * i, "clip_pct": 25.0, "len": 50.0,
+                                         "lr_e4": 3.0}) for i in range(1, 21)) + "\n")
+    mapping_file = tmp_path / "columns.toml"
+    mapping_file.write_text('it = "step"\n'
+                            'kl_tok = { metric = "kl/mean", unit = "nats/token" }\n'
+                            'clip_pct = { metric = "policy/clipfrac", unit = "percent" }\n'
+                            'len = "response/length_mean"\n'
+                            'lr_e4 = { metric = "lr", scale = 1e-4 }\n')
+    table = read_log(log, parse_map_options([str(mapping_file)]), format_name="table")
+    # per-token KL x length = the per-sequence sum the canonical kl/mean is
+    assert table.get("kl/mean").values[9] == pytest.approx(0.01 * 10 * 50.0)
+    assert table.get("policy/clipfrac").values[0] == pytest.approx(0.25)
+    assert table.get("lr").values[0] == pytest.approx(3e-4)
+    assert table.get("kl/mean").steps[0] == 1
+    assert any("kl/mean converted from nats/token" in note for note in table.notes)
+    # Without a length the per-token KL stays per token, and the table says so.
+    mapping_file.write_text('it = "step"\nkl_tok = { metric = "kl/mean", unit = "nats/token" }\n')
+    table = read_log(log, parse_map_options([str(mapping_file)]), format_name="table")
+    assert table.unit("kl/mean") == "nats/token" and table.get("kl/mean").values[9] == pytest.approx(0.1)
+    mapping_file.write_text('kl_tok = { metric = "kl/mean", unit = "nats per token" }\n')
+    with pytest.raises(LogFormatError, match="columns.toml: kl_tok: unknown unit"):
+        parse_map_options([str(mapping_file)])
+
+
+def test_map_works_with_every_format_and_marks_gold(tmp_path: Path):
+    table = read_log(write_trl(tmp_path), parse_pairs(["custom/thing=reward/gold_mean"]))
+    assert table.unknown == [] and table.settings.has_gold
+    assert "reward_hacking_gold" not in diagnose(table).skipped
+
+
+def test_rlhflab_settings_keys_are_config_fields_and_settings_fields():
+    from rlhflab.config import PipelineConfig
+
+    settings = settings_from_config(asdict(PipelineConfig()))
+    assert set(settings) == set(CONFIG_KEYS.values()) - {"kl_target"}  # unset by default
+    assert set(CONFIG_KEYS.values()) <= set(SETTING_NAMES)
+
+
+def test_every_format_is_listed_and_recognises_its_own_kind_only(tmp_path: Path):
+    trl = write_trl(tmp_path)
+    csv_path = tmp_path / "log.csv"
+    csv_path.write_text("step,kl/mean\n0,0.1\n")
+    recognised = {fmt.name: [p.name for p in (trl, csv_path) if fmt.recognise(p)] for fmt in FORMATS}
+    assert recognised == {"rlhflab": [], "trl": ["trainer_state.json"], "tensorboard": [], "table": ["log.csv"]}
+    result = CliRunner().invoke(app, ["doctor", "--list-formats"])
+    assert result.exit_code == 0 and all(fmt.name in result.output for fmt in FORMATS)
+
+
+def test_cli_doctor_on_a_trl_log_prints_json_with_the_fix_in_trl_terms(tmp_path: Path):
+    path = write_trl(tmp_path, explode=True)
+    result = CliRunner().invoke(app, ["doctor", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["healthy"] is False and data["trainer"] == "trl"
+    finding = next(f for f in data["findings"] if f["rule"] == "kl_explosion")
+    assert finding["evidence"][0]["metric"] == "kl/mean"
+    assert finding["fix"]["changes"] == ["PPOConfig.kl_coef=0.2"]
+    assert finding["verify"].startswith("rerun with PPOConfig.kl_coef=0.2")
+
+
+def test_cli_doctor_errors(tmp_path: Path):
+    result = CliRunner().invoke(app, ["doctor", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "no such file or directory" in result.output
+    result = CliRunner().invoke(app, ["doctor", str(write_trl(tmp_path)), "--format", "wandb"])
+    assert result.exit_code == 2 and "unknown format 'wandb'" in result.output
+    result = CliRunner().invoke(app, ["doctor", str(write_trl(tmp_path)), "--map", "nonsense"])
+    assert result.exit_code == 2 and "expected THEIR_NAME=canonical/name" in result.output
+
+
+def test_the_rule_table_in_docs_is_generated_from_the_registry():
+    assert doc_is_current(DOCS / "doctor.md"), "stale: run `rlhflab doctor --rules-doc docs/doctor.md`"
