@@ -7,13 +7,13 @@ import json
 import statistics
 from pathlib import Path
 
-import torch
-
 
 def random_models(out: Path, config, seed: int = 0, activation: str | None = None) -> tuple[Path, Path, Path]:
     """A randomly initialised policy sized by `config.pretrain` and a 1-label reward model
     on its trunk, both with the world's tokenizer, and 512 world prompts as JSON.
     Random weights rarely emit EOS, so responses run to the length limit: equal work."""
+    import torch  # here: benches of the doctor alone must not load it
+
     from rlhflab.models.lm import build_tiny_lm
     from rlhflab.models.reward_model import reward_model_from_lm
     from rlhflab.worlds.reviews import ReviewsWorld

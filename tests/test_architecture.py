@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
@@ -130,3 +131,51 @@ def test_the_doctor_loads_nothing_heavy_even_when_diagnosing_a_trl_log(tmp_path:
         assert not heavy, heavy
         assert not ours, ours
         assert "rlhflab.doctor.diagnose" in loaded
+
+
+# Run `rlhflab` as on a light install (`pip install rlhflab`): every training-stack module
+# fails to import, as it would when the [train] extra is absent.
+LIGHT_INSTALL = """
+import importlib.abc, sys
+BLOCKED = {blocked!r}
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"No module named {{name!r}} (light install)")
+        return None
+sys.meta_path.insert(0, Absent())
+from typer.testing import CliRunner
+from rlhflab.cli import app
+result = CliRunner().invoke(app, {args!r})
+print(result.exit_code)
+print(result.output)
+"""
+TRAINING_STACK = HEAVY + ("vaderSentiment", "pyarrow")
+
+
+def run_light(args: list[str]) -> tuple[int, str]:
+    code = LIGHT_INSTALL.format(blocked=TRAINING_STACK, args=args)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    exit_code, output = out.split("\n", 1)
+    return int(exit_code), output
+
+
+def test_a_light_install_diagnoses_logs_and_says_what_training_needs(tmp_path: Path, smoke_run):
+    log = tmp_path / "trainer_state.json"
+    log.write_text(json.dumps({"log_history": [{"step": i, "objective/kl": 0.1 * i} for i in range(1, 30)]}))
+    code, output = run_light(["doctor", str(log), "--json"])
+    assert code == 0, output
+    assert json.loads(output)["trainer"] == "trl"
+    run = tmp_path / "copy"  # the doctor writes diagnosis.json into a run: not into the shared one
+    shutil.copytree(smoke_run.root / "metrics", run / "metrics")
+    shutil.copy(smoke_run.config, run / "config.toml")
+    code, output = run_light(["doctor", str(run), "--json"])
+    assert code == 0 and json.loads(output)["trainer"] == "rlhflab", output
+    code, output = run_light(["pipeline", "--preset", "smoke", "--out", str(tmp_path / "run")])
+    assert code == 2 and "rlhflab[train]" in output, output
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(log_dir=str(tmp_path / "tb")) as writer:
+        writer.add_scalar("objective/kl", 0.1, 1)
+    code, output = run_light(["doctor", str(tmp_path / "tb")])
+    assert code == 2 and "rlhflab[tensorboard]" in output, output

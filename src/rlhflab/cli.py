@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
+from rich.markup import escape
 
 from rlhflab.progress import console
 
@@ -27,7 +28,7 @@ def _training_stack() -> None:
         from transformers.utils import logging
     except ImportError:
         console.print("[red]error:[/red] this command trains or loads models and needs the training stack: "
-                      "pip install 'rlhflab[train]' (the doctor alone needs none of it)")
+                      "pip install 'rlhflab\\[train]' (the doctor alone needs none of it)")
         raise typer.Exit(2) from None
     logging.set_verbosity_error()
     logging.disable_progress_bar()
@@ -50,7 +51,7 @@ def _config(preset: str, config_file: Optional[Path], overrides: Optional[list[s
     try:
         return with_fault(load_config(preset, config_file, overrides or [], base), fault)
     except ConfigError as err:
-        console.print(f"[red]config error:[/red] {err}")
+        console.print(f"[red]config error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
 
 
@@ -109,7 +110,7 @@ def _stage_config(run: Path, preset: str, config_file: Optional[Path], overrides
         try:
             base = config_from_run(run)
         except ConfigError as err:
-            console.print(f"[red]config error:[/red] {err}")
+            console.print(f"[red]config error:[/red] {escape(str(err))}")
             raise typer.Exit(2) from None
     return _config(preset, config_file, overrides, fault, base)
 
@@ -165,7 +166,7 @@ def _input_errors():
     try:
         yield
     except (DataError, ModelDirError) as err:
-        console.print(f"[red]input error:[/red] {err}")
+        console.print(f"[red]input error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
 
 
@@ -354,7 +355,7 @@ def doctor(
     try:
         diagnosis = diagnose_path(path, parse_map_options(mapping), format_name)
     except LogFormatError as err:
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
     if diagnosis.trainer == "rlhflab":
         write_diagnosis(diagnosis, path / "diagnosis.json")
@@ -375,7 +376,7 @@ def report(run: Path = typer.Argument(..., help="Run directory")) -> None:
         diagnosis = diagnose_path(run, format_name="rlhflab")
         table = read_log(run, format_name="rlhflab")
     except LogFormatError as err:
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
     write_diagnosis(diagnosis, run / "diagnosis.json")
     console.print(f"wrote {write_report(run, table, diagnosis)}")
@@ -401,7 +402,7 @@ def verify(
     try:
         result = run_verify(run, fix, out, show_progress=not quiet)
     except ConfigError as err:
-        console.print(f"[red]config error:[/red] {err}")
+        console.print(f"[red]config error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
     table = Table(title=f"verify {' '.join(fix)}: {run} -> {result.rerun}")
     for column in ("finding", "after the fix", "metric (end)", "before", "after"):
@@ -507,7 +508,7 @@ def faults_show(name: str = typer.Argument(..., help="Fault name")) -> None:
     try:
         fault = get_fault(name)
     except KeyError as err:
-        console.print(f"[red]error:[/red] {err.args[0]}")
+        console.print(f"[red]error:[/red] {escape(err.args[0])}")
         raise typer.Exit(2) from None
     console.print(f"[bold]{fault.name}[/bold]  component: {fault.component}\n"
                   f"models: {fault.models}\nexpected symptom: {fault.symptom}\nreplaces: {fault.replaces}")
