@@ -23,7 +23,7 @@ from rlhflab.config import apply_overrides, load_config, save_config
 from rlhflab.doctor.diagnose import diagnose_path
 from rlhflab.doctor.signals import smooth
 from rlhflab.pipeline import run_pipeline
-from rlhflab.ppo.trainer import run_ppo
+from rlhflab.ppo.run import run_ppo
 from rlhflab.runs import RunDir, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]

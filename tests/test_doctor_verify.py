@@ -88,3 +88,15 @@ def test_live_doctor_stops_the_run_with_a_checkpoint_and_the_diagnosis(verified,
 def test_stop_on_names_are_checked():
     with pytest.raises(ConfigError, match="ppo.stop_on: unknown rule"):
         load_config("smoke", overrides=["ppo.stop_on=kl_explosoin"])
+
+
+def test_a_fix_reruns_from_the_earliest_stage_it_touches():
+    from rlhflab.verify import first_stage_to_rerun
+
+    assert first_stage_to_rerun({"ppo.kl_coef": "0.2"}) == "ppo"
+    assert first_stage_to_rerun({"ppo.lr": "1e-4", "reward.pairs": "100"}) == "reward"
+    assert first_stage_to_rerun({"pretrain.steps": "10", "ppo.lr": "1e-4"}) == "pretrain"
+    # Keys of no stage's section may shape any stage; a code-only fault touches PPO only.
+    assert first_stage_to_rerun({"seed": "1"}) == "pretrain"
+    assert first_stage_to_rerun({"fault": "lr_100x"}) == "pretrain"
+    assert first_stage_to_rerun({}) == "ppo"

@@ -91,22 +91,23 @@ def ratio_off(table: MetricTable) -> Detection | None:
     return Detection("policy/old ratio far from 1", "high", min(steps), tuple(found))
 
 
+def _steps_too_large(table: MetricTable, metric: str, limit: Threshold) -> Detection | None:
+    return crossing(table, metric, lambda v: v > limit.value, lambda s: f"updates too large: {metric} {max(s.values):.3g}",
+                    f"smoothed {metric} > {limit.value}", limit.source)
+
+
 @rule("clipfrac_high", "ppo_instability", requires=("policy/clipfrac",), thresholds=(CLIPFRAC_LIMIT,),
       causes=UPDATE_CAUSES, clues=(causes.CLIP_NEVER_CLIPS, UNSCALED_REWARDS))
 def clipfrac_high(table: MetricTable) -> Detection | None:
     """Fraction of clipped tokens persistently high: steps too large."""
-    return crossing(table, "policy/clipfrac", lambda v: v > CLIPFRAC_LIMIT.value,
-                    lambda s: f"updates too large: policy/clipfrac {max(s.values):.3g}",
-                    f"smoothed policy/clipfrac > {CLIPFRAC_LIMIT.value}", CLIPFRAC_LIMIT.source)
+    return _steps_too_large(table, "policy/clipfrac", CLIPFRAC_LIMIT)
 
 
 @rule("approxkl_high", "ppo_instability", requires=("policy/approxkl",), thresholds=(APPROXKL_LIMIT,),
       causes=UPDATE_CAUSES, clues=(causes.CLIP_NEVER_CLIPS, UNSCALED_REWARDS))
 def approxkl_high(table: MetricTable) -> Detection | None:
     """Approximate KL between consecutive policies persistently high: steps too large."""
-    return crossing(table, "policy/approxkl", lambda v: v > APPROXKL_LIMIT.value,
-                    lambda s: f"updates too large: policy/approxkl {max(s.values):.3g}",
-                    f"smoothed policy/approxkl > {APPROXKL_LIMIT.value}", APPROXKL_LIMIT.source)
+    return _steps_too_large(table, "policy/approxkl", APPROXKL_LIMIT)
 
 
 @rule("value_explained_variance_low", "ppo_instability", requires=("value/explained_variance",),
