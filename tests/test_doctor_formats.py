@@ -64,9 +64,12 @@ def test_a_per_sequence_entropy_fills_in_only_when_no_per_token_one_exists_and_s
     path = tmp_path / "trainer_state.json"
     path.write_text(json.dumps({"log_history": history}))
     table = read_log(path)
-    assert table.get("policy/entropy").values[0] == pytest.approx(20.0)
     assert table.unit("policy/entropy") == "nats/sequence"
     assert any("policy/entropy is in nats/sequence" in note for note in table.notes)
+    # Only a rule that compares entropy with its own start reads it in another unit.
+    assert table.get("policy/entropy") is None
+    assert table.get("policy/entropy", any_unit=True).values[0] == pytest.approx(20.0)
+    assert "entropy_collapse" not in diagnose(table).skipped
 
 
 def test_trl_log_with_exploding_kl_is_diagnosed_in_trl_vocabulary(tmp_path: Path):
@@ -155,7 +158,10 @@ def test_a_toml_mapping_states_units_and_the_table_converts_them(tmp_path: Path)
     # Without a length the per-token KL stays per token, and the table says so.
     mapping_file.write_text('it = "step"\nkl_tok = { metric = "kl/mean", unit = "nats/token" }\n')
     table = read_log(log, parse_map_options([str(mapping_file)]), format_name="table")
-    assert table.unit("kl/mean") == "nats/token" and table.get("kl/mean").values[9] == pytest.approx(0.1)
+    assert table.unit("kl/mean") == "nats/token"
+    assert table.get("kl/mean", any_unit=True).values[9] == pytest.approx(0.1)
+    # A per-token KL is never held against the per-sequence limits: those rules say they lack it.
+    assert table.get("kl/mean") is None and "kl_explosion" in diagnose(table).skipped
     mapping_file.write_text('kl_tok = { metric = "kl/mean", unit = "nats per token" }\n')
     with pytest.raises(LogFormatError, match="columns.toml: kl_tok: unknown unit"):
         parse_map_options([str(mapping_file)])
@@ -165,6 +171,33 @@ def test_map_works_with_every_format_and_marks_gold(tmp_path: Path):
     table = read_log(write_trl(tmp_path), parse_pairs(["custom/thing=reward/gold_mean"]))
     assert table.unknown == [] and table.settings.has_gold
     assert "reward_hacking_gold" not in diagnose(table).skipped
+
+
+def test_a_mapping_can_read_what_a_format_ignores_and_rename_the_step(tmp_path: Path):
+    table = read_log(write_trl(tmp_path), parse_pairs(["episode=step", "train_loss=policy/loss"]))
+    assert table.get("kl/mean").steps[:2] == (64, 128)  # the episode counts the steps now
+    assert "step" not in table.series and "step" not in table.unknown
+    path = tmp_path / "with_loss.json"
+    path.write_text(json.dumps({"log_history": [{"step": i, "train_loss": 0.5} for i in range(1, 4)]}))
+    assert read_log(path, parse_pairs(["train_loss=policy/loss"])).get("policy/loss").values == (0.5, 0.5, 0.5)
+
+
+def test_a_scale_applies_to_its_own_column_and_a_fallbacks_nans_only_count_when_used(tmp_path: Path):
+    history = trl_log_history(n=6)
+    for row in history:
+        row["lr"], row["learning_rate"] = 3.0, None  # two columns for one metric, one scaled
+    history[1]["policy/entropy_avg"] = float("nan")
+    history[2]["objective/entropy"] = float("nan")
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"log_history": history}))
+    mapping = parse_map_options([])
+    table = read_log(path, mapping)
+    assert table.non_finite["policy/entropy"] == [2]  # the per-token column's NaN, not the fallback's
+    toml = tmp_path / "lr.toml"
+    toml.write_text('lr = { metric = "lr", scale = 1e-4 }\n')
+    assert read_log(path, parse_map_options([str(toml)])).get("lr").values[0] == pytest.approx(3e-4)
+    with pytest.raises(LogFormatError, match="nope.toml: mapping file not found"):
+        parse_map_options([str(tmp_path / "nope.toml")])
 
 
 def test_rlhflab_settings_keys_are_config_fields_and_settings_fields():

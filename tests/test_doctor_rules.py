@@ -11,7 +11,7 @@ from rlhflab.doctor.causes import CheckupVerdict
 from rlhflab.doctor.diagnose import diagnose
 from rlhflab.doctor.findings import Change
 from rlhflab.doctor.formats import render_change, verify_command
-from rlhflab.doctor.rules import RULE_NAMES
+from rlhflab.doctor.rules import RULE_NAMES, RULES
 from rlhflab.doctor.settings import RunSettings
 from rlhflab.doctor.signals import rolling_median, window
 from rlhflab.doctor.table import MetricTable
@@ -354,6 +354,12 @@ def rm_trace(rule: str, rm_end: dict, train_acc: float | None = None) -> Trace:
 firing_trace("rm_weak")(lambda: rm_trace("rm_weak", {"rm/val_acc": 0.52, "rm/gold_agreement": 0.55}, 0.55))
 firing_trace("rm_overfit")(lambda: rm_trace("rm_overfit", {"rm/val_acc": 0.70}, 0.97))
 firing_trace("rm_length_bias")(lambda: rm_trace("rm_length_bias", {"rm/length_corr": 0.8}))
+
+
+def test_clue_priorities_are_unique_so_their_order_is_defined():
+    clues = {c.name: c for rule in RULES for c in rule.clues}.values()
+    priorities = [c.priority for c in clues]
+    assert len(priorities) == len(set(priorities)), sorted((c.priority, c.name) for c in clues)
 
 
 def test_missing_metrics_are_reported_not_guessed():

@@ -131,11 +131,12 @@ def probe_logprob_padding_invariance(ctx: ProbeContext) -> ProbeResult:
 
 @torch.no_grad()
 def probe_reward_padding_invariance(ctx: ProbeContext) -> ProbeResult:
-    """A sequence's reward-model score alone and inside a padded batch."""
-    rm, score_fn = ctx.state.reward.model, ctx.state.components.score
+    """A sequence's reward-model score alone and inside a padded batch (through the reward
+    model's own tokenizer when it has another vocabulary)."""
+    score = ctx.state.reward.raw_scores
     worst = 0.0
     for (ids, mask, _), (batch_ids, batch_mask, _, row, _) in _alone_and_batched(ctx):
-        worst = max(worst, abs(float(score_fn(rm, ids, mask)[0] - score_fn(rm, batch_ids, batch_mask)[row])))
+        worst = max(worst, abs(float(score(ids, mask)[0] - score(batch_ids, batch_mask)[row])))
     return _result("reward_padding_invariance", "reward_model", worst, 1e-4,
                    "max |reward score of a sequence alone - in a padded batch|")
 
@@ -205,24 +206,25 @@ def _world_accuracy(ctx: ProbeContext) -> tuple[float, float]:
     pairs = sample_comparisons(ctx.state.reference, ctx.state.tokenizer, ctx.world, prompts, cfg.responses_per_prompt,
                                cfg.response_length, cfg.sample_temperature, derive_seed(ctx.config.seed, "checkup-labels"),
                                torch_generator(ctx.config.seed, "checkup", "rm"))
-    metrics = evaluate_reward_model(ctx.state.reward.model, pairs, pairs, ctx.state.components.score)
+    reward = ctx.state.reward
+    metrics = evaluate_reward_model(reward.model, pairs, pairs, lambda model, ids, mask: reward.raw_scores(ids, mask))
     return metrics["rm/val_acc"], metrics["rm/length_corr"]
 
 
 @torch.no_grad()
 def _pair_accuracy(ctx: ProbeContext, batch_size: int = 64) -> tuple[float, float]:
     """Share of pairs whose chosen response outscores the rejected one, and corr(score, length)."""
-    tokenizer, rm, score_fn = ctx.state.tokenizer, ctx.state.reward.model, ctx.state.components.score
+    tokenizer, reward = ctx.state.tokenizer, ctx.state.reward
     prompts = [p.prompt for p in ctx.pairs] * 2
     responses = [p.chosen for p in ctx.pairs] + [p.rejected for p in ctx.pairs]
     scores, lengths = [], []
     for start in range(0, len(prompts), batch_size):
-        device = next(rm.parameters()).device
+        device = next(reward.model.parameters()).device
         prompt_ids, prompt_mask = (t.to(device) for t in encode_prompts(tokenizer, prompts[start : start + batch_size]))
         response_ids, response_mask = (t.to(device) for t in
                                        encode_responses(tokenizer, responses[start : start + batch_size]))
         ids, mask = join_prompt_response(prompt_ids, prompt_mask, response_ids, response_mask)
-        scores.append(score_fn(rm, ids, mask))
+        scores.append(reward.raw_scores(ids, mask))
         lengths.append(response_mask.sum(1).float())
     score, length = torch.cat(scores), torch.cat(lengths)
     n = len(ctx.pairs)

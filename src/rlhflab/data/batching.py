@@ -65,6 +65,22 @@ def join_prompt_response(
     return torch.cat([prompt_ids, response_ids], dim=1), torch.cat([prompt_mask, mask], dim=1)
 
 
+def same_vocabulary(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
+    """Whether token ids mean the same in both tokenizers (by vocabulary, not by name)."""
+    return a.get_vocab() == b.get_vocab()
+
+
+def retokenize(source: PreTrainedTokenizerBase, target: PreTrainedTokenizerBase, ids: Tensor, mask: Tensor,
+               max_length: int | None = None) -> tuple[Tensor, Tensor]:
+    """Rows of `source` token ids as `target` token ids: each row's real tokens decoded to
+    text (special tokens dropped) and encoded again with `target`'s own special tokens
+    (`[CLS] ... [SEP]`, `<s> ...`), right-padded. (B, L) -> (B, L'), mask True = real."""
+    texts = [source.decode(row[row_mask].tolist(), skip_special_tokens=True).strip() for row, row_mask in zip(ids, mask)]
+    encoded = target(texts, padding=True, truncation=max_length is not None, max_length=max_length,
+                     return_tensors="pt")
+    return encoded["input_ids"].to(ids.device), encoded["attention_mask"].bool().to(ids.device)
+
+
 def decode_responses(tokenizer: PreTrainedTokenizerBase, response_ids: Tensor, mask: Tensor) -> list[str]:
     """Response text without EOS or padding."""
     return [

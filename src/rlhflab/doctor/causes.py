@@ -26,6 +26,11 @@ from rlhflab.doctor.table import MetricTable
 
 CauseMaker = Callable[[MetricTable], Cause]
 
+# The values fixes propose when the log does not suggest better ones.
+KL_COEF = 0.2  # per nat on standardised rewards: lm-human-preferences' initial beta, TRL 0.x's init_kl_coef
+CLIP_EPS = 0.2  # Schulman et al. 2017 use 0.1-0.3; 0.2 is the common default (TRL, OpenAI baselines)
+NEVER_CLIPS = 1.0  # a ratio clip range >= 1 clips only past a 2x ratio change, so never in practice
+
 
 @dataclass(frozen=True)
 class Clue:
@@ -49,9 +54,9 @@ def _last(table: MetricTable, metric: str) -> float | None:
 def _kl_fix(table: MetricTable) -> Fix:
     coef = table.settings.kl_coef if table.settings.kl_coef is not None else _last(table, "kl/coef")
     if coef is not None and coef > 0:
-        return Fix((Change("kl_coef", "set", max(0.2, 2 * coef)),),
+        return Fix((Change("kl_coef", "set", max(KL_COEF, 2 * coef)),),
                    "a stronger KL penalty keeps the policy near the reference")
-    return Fix((Change("kl_coef", "set", 0.2),), "restore a KL penalty (0.2 per nat on standardised rewards)")
+    return Fix((Change("kl_coef", "set", KL_COEF),), f"restore a KL penalty ({KL_COEF} per nat on standardised rewards)")
 
 
 def _lr_fix(table: MetricTable) -> Fix:
@@ -129,7 +134,7 @@ def reward_model_length(table: MetricTable) -> Cause:
 
 def inverted_controller(table: MetricTable) -> Cause:
     return Cause("kl_control", "the adaptive controller's update has the wrong sign",
-                 Fix((Change("kl_target", "set", None), Change("kl_coef", "set", 0.2)),
+                 Fix((Change("kl_target", "set", None), Change("kl_coef", "set", KL_COEF)),
                      "a fixed coefficient until the controller is fixed"))
 
 
@@ -155,13 +160,13 @@ def _negative_entropy_coef(table: MetricTable) -> Cause | None:
 def _clip_never_clips(table: MetricTable) -> Cause | None:
     settings = table.settings
     wide = {name: value for name, value in (("clip_eps", settings.clip_eps), ("value_clip_eps", settings.value_clip_eps))
-            if value is not None and value >= 1.0}
+            if value is not None and value >= NEVER_CLIPS}
     if not wide:
         return None
-    # Schulman et al. 2017 use 0.1-0.3; at >= 1 a ratio is clipped only past 2x, so never in practice.
     return Cause("ppo_hyperparameters", ", ".join(f"{k} = {v:g}" for k, v in wide.items())
                  + " never clips: an update can move the policy arbitrarily far from the sampler",
-                 Fix(tuple(Change(name, "set", 0.2) for name in wide), "the usual clip range (Schulman et al. 2017)"))
+                 Fix(tuple(Change(name, "set", CLIP_EPS) for name in wide),
+                     "the usual clip range (Schulman et al. 2017)"))
 
 
 ZERO_KL = Clue("zero_kl_coef", 0, _zero_kl, "the KL coefficient is 0 without an adaptive target (from the "

@@ -27,7 +27,7 @@ def diagnose(table: MetricTable, rules: tuple[Rule, ...] = RULES,
     ppo = table.get("kl/mean") or table.get("reward/proxy_mean")
     diagnosis.steps = len(ppo) if ppo is not None else 0
     for rule in rules:
-        missing = [m for m in rule.requires if table.get(m) is None]
+        missing = [m for m in rule.requires if table.get(m, any_unit=m in rule.relative) is None]
         if missing:
             diagnosis.skipped[rule.name] = missing
             continue

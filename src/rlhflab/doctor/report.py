@@ -47,12 +47,12 @@ def plot_panels(table: MetricTable, diagnosis: Diagnosis,
 
     images = []
     for title, metrics in PANELS:
-        present = [m for m in metrics if table.get(m) is not None]
+        present = [m for m in metrics if table.get(m, any_unit=True) is not None]
         if not present:
             continue
         fig, ax = plt.subplots(figsize=(5.2, 2.8))
         for metric in present:
-            s = table.get(metric)
+            s = table.get(metric, any_unit=True)
             line, = ax.plot(s.steps, s.values, label=metric, linewidth=1.2)
             if compare is not None and compare.get(metric) is not None:
                 c = compare.get(metric)

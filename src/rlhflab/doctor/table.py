@@ -48,9 +48,13 @@ class MetricTable:
     notes: list[str] = field(default_factory=list)  # what the table converted, or could not
     settings: RunSettings = field(default_factory=RunSettings)
 
-    def get(self, name: str) -> Series | None:
+    def get(self, name: str, any_unit: bool = False) -> Series | None:
+        """The series of `name` in its canonical unit; one the table could not convert is
+        returned only with `any_unit` (for rules that compare a series with itself)."""
         s = self.series.get(name)
-        return s if s is not None and len(s) else None
+        if s is None or not len(s) or (name in self.units and not any_unit):
+            return None
+        return s
 
     def unit(self, name: str) -> Unit | None:
         """The unit `name` is in: as logged when it could not be converted, else canonical."""
@@ -80,11 +84,6 @@ class MetricTable:
         table.non_finite = non_finite
         return table
 
-    def merge(self, other: "MetricTable") -> "MetricTable":
-        return MetricTable({**self.series, **other.series}, self.source or other.source,
-                           self.unknown + other.unknown, {**self.non_finite, **other.non_finite},
-                           {**self.units, **other.units}, self.notes + other.notes, self.settings)
-
 
 def per_step(numerator: Series, denominator: Series, operation) -> Series:
     """`operation(n, d)` at the steps both series have."""
@@ -105,7 +104,8 @@ def convert_units(table: MetricTable, logged: dict[str, Unit]) -> None:
         converted, how = _convert(table, series, unit, target)
         if converted is None:
             table.units[name] = unit
-            table.notes.append(f"{name} is in {unit}, not {target}: {how}; rules compare it with itself only")
+            table.notes.append(f"{name} is in {unit}, not {target}: {how}; only rules that compare it with its own "
+                               "start read it")
         else:
             table.series[name] = converted
             table.notes.append(f"{name} converted from {unit} to {target} ({how})")

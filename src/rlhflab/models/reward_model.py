@@ -18,6 +18,7 @@ from transformers import AutoModelForSequenceClassification, PreTrainedModel
 
 from rlhflab.models.forward import padded_forward
 from rlhflab.models.lm import check_model_dir
+from rlhflab.models.precision import autocast
 
 
 def reward_model_from_lm(lm_dir: Path) -> PreTrainedModel:
@@ -34,6 +35,23 @@ def load_reward_model(path: Path) -> PreTrainedModel:
                                                               trust_remote_code=False)
 
 
+def load_reward_tokenizer(path: Path):
+    """The tokenizer saved with a reward model, or None when the directory has none (the
+    reward model then reads the policy's tokens, as the world's does)."""
+    path = Path(path)
+    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+
+
+def max_input_length(model: PreTrainedModel) -> int | None:
+    """The longest input the model's position embeddings allow, when its config says."""
+    config = model.config
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+
 def last_real_index(attention_mask: Tensor) -> Tensor:
     """Index of the last True in each row. (B, L) -> (B,)"""
     positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
@@ -41,7 +59,15 @@ def last_real_index(attention_mask: Tensor) -> Tensor:
 
 
 def score_sequences(model: PreTrainedModel, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-    """Raw reward scores read at the last real token. (B, L) -> (B,)"""
+    """Raw reward scores. (B, L) -> (B,)
+
+    A decoder classifier (a `.score` head over every position, as GPT-2 and Llama
+    `...ForSequenceClassification`) is read at the last real token, found from the mask.
+    Any other classifier (an encoder's pooled `[CLS]` head, as BERT- or DeBERTa-style
+    models) is read through the model's own output, which knows where its head looks."""
+    if not hasattr(model, "score"):
+        with autocast(input_ids.device):
+            return model(input_ids=input_ids, attention_mask=attention_mask.long()).logits[:, 0].float()
     hidden = padded_forward(model.base_model, input_ids, attention_mask).last_hidden_state.float()  # (B, L, H)
     last = last_real_index(attention_mask)
     picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]  # (B, H)

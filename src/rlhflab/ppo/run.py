@@ -22,9 +22,9 @@ from rlhflab.checkpoint import (
 from rlhflab.config import PipelineConfig, stop_rules
 from rlhflab.distributed import Cluster
 from rlhflab.doctor.diagnose import diagnose, write_diagnosis
+from rlhflab.doctor.formats.rlhflab import FORMAT as RLHFLAB_FORMAT
 from rlhflab.doctor.formats.rlhflab import reward_train_max, settings_from_config
-from rlhflab.doctor.settings import RunSettings
-from rlhflab.doctor.table import MetricTable
+from rlhflab.doctor.formats.spec import RawLog, UserMapping, build_table
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.evaluation import evaluate_policy
 from rlhflab.ppo.rollout import Rollout
@@ -178,9 +178,8 @@ class LiveDoctor:
         return next((f for f in self._diagnose().findings if f.rule in self.stop_on), None)
 
     def _diagnose(self):
-        table = MetricTable.from_records(self.records, source="live")
-        table.settings = RunSettings(trainer="rlhflab", **self.settings,
-                                     has_gold=table.get("reward/gold_mean") is not None)
+        # The metrics so far, read as the doctor reads the run's files afterwards.
+        table = build_table(RawLog(self.records, self.settings), RLHFLAB_FORMAT, UserMapping(), "live")
         self.last_diagnosis = diagnose(table)
         return self.last_diagnosis
 

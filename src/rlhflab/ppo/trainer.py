@@ -23,12 +23,12 @@ from rlhflab.metrics.diversity import distinct_n, identical_fraction, self_bleu
 from rlhflab.metrics.stats import explained_variance, masked_mean, masked_var, pearson
 from rlhflab.models.lm import load_causal_lm, load_tokenizer
 from rlhflab.models.optim import adam
-from rlhflab.models.reward_model import load_reward_model, reward_normalizer
+from rlhflab.models.reward_model import load_reward_model, load_reward_tokenizer, reward_normalizer
 from rlhflab.models.value_head import PolicyWithValue
 from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.kl import KLController, kl_estimate
-from rlhflab.ppo.rollout import RewardFunction, Rollout, make_rollout
+from rlhflab.ppo.rollout import RewardFunction, Rollout, make_rollout, reward_encoder
 from rlhflab.runs import RunDir
 from rlhflab.seeding import derive_seed
 from rlhflab.sources import policy_dir, reward_model_dir
@@ -196,8 +196,9 @@ def build_ppo_state(config: PipelineConfig, policy_dir: Path, reward_dir: Path, 
     reference = components.make_reference(policy_dir, policy.lm).to(device)
     reward_model = load_reward_model(reward_dir).eval().requires_grad_(False).to(device)
     mean, std = reward_normalizer(reward_model)
+    encode = reward_encoder(tokenizer, load_reward_tokenizer(reward_dir), reward_model)
     reward = RewardFunction(reward_model, mean, std, cfg.normalize_reward, cfg.missing_eos_penalty,
-                            components.score, components.reward_transform)
+                            components.score, components.reward_transform, encode)
     optimizer = adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
     return PPOState(cfg, policy, reference, reward, tokenizer, optimizer, components.make_kl_controller(cfg), components)
 

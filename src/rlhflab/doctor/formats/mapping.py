@@ -50,6 +50,8 @@ def parse_pairs(items: list[str]) -> UserMapping:
 def read_mapping_file(path: Path) -> UserMapping:
     """A TOML mapping file (module docstring); errors name the file and the key."""
     path = Path(path)
+    if not path.is_file():
+        raise LogFormatError(f"{path}: mapping file not found")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:

@@ -68,42 +68,54 @@ class LogFormat:
 
 
 def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str) -> MetricTable:
-    """Rename, scale and convert a format's rows into a `MetricTable`: the format's columns,
-    then the user's mapping on top, then canonical names as they are; every other name is
-    listed as unknown, never guessed."""
+    """Rename, scale and convert a format's rows into a `MetricTable`: the user's mapping
+    first, then the format's columns, then canonical names as they are; every other name
+    is listed as unknown, never guessed. A column the user maps is read even when the
+    format ignores it."""
     columns = {**fmt.columns, **mapping.columns}
     step_key = mapping.step_key or raw.step_key
+    ignored = (fmt.ignored | {raw.step_key}) - set(mapping.columns) - {step_key}
     rename: dict[str, str] = {}
     logged: dict[str, Unit] = {}  # canonical metric -> the unit its column is logged in
     fallback_units: dict[str, Unit] = {}
     unknown: set[str] = set()
-    names = {name for record in raw.records for name in record} - {step_key}
+    names = {name for record in raw.records for name in record} - {step_key} - ignored
     for name in names:
         column = columns.get(name)
         if column is not None:
             rename[name] = _FALLBACK + column.metric if column.fallback else column.metric
             if column.unit is not None:
                 (fallback_units if column.fallback else logged)[column.metric] = column.unit
-        elif name not in KNOWN and name not in fmt.ignored:
+        elif name not in KNOWN:
             unknown.add(name)
-    rows = [{k: v for k, v in record.items() if k not in fmt.ignored} for record in raw.records]
+    scales = {name: columns[name].scale for name in rename if columns[name].scale != 1.0}
+    rows = [{k: _scaled(v, scales.get(k)) for k, v in record.items() if k not in ignored} for record in raw.records]
     table = MetricTable.from_records(rows, source=source, rename=rename, step_key=step_key)
-    for name in names & columns.keys():
-        column = columns[name]
-        if column.scale != 1.0 and not column.fallback and table.get(column.metric) is not None:
-            table.series[column.metric] = table.series[column.metric].scaled(column.scale)
-    # A fallback column fills its metric only when no other column did.
+    # A fallback column fills its metric only when no other column did; its NaNs count then only.
     for metric in [m for m in table.series if m.startswith(_FALLBACK)]:
         series, target = table.series.pop(metric), metric.removeprefix(_FALLBACK)
-        if table.get(target) is None:
+        steps = table.non_finite.pop(metric, [])
+        if table.get(target) is None and target not in table.non_finite:
             table.series[target] = series
+            if steps:
+                table.non_finite[target] = steps
             if target in fallback_units:
                 logged[target] = fallback_units[target]
-    table.non_finite = {m.removeprefix(_FALLBACK): steps for m, steps in table.non_finite.items()}
+    for metric in [m for m in table.non_finite if m.startswith(_FALLBACK)]:  # a fallback column all NaN
+        steps = table.non_finite.pop(metric)
+        table.non_finite.setdefault(metric.removeprefix(_FALLBACK), steps)
     table.unknown = sorted(unknown)
     table.notes = list(raw.notes)
-    settings = {k: v for k, v in raw.settings.items() if k in SETTING_NAMES}
-    table.settings = RunSettings(**{"trainer": fmt.name, **settings,
+    unknown_settings = set(raw.settings) - set(SETTING_NAMES)
+    if unknown_settings:
+        raise ValueError(f"format {fmt.name}: unknown RunSettings field(s) {sorted(unknown_settings)}")
+    table.settings = RunSettings(**{"trainer": fmt.name, **raw.settings,
                                     "has_gold": table.get("reward/gold_mean") is not None})
     convert_units(table, logged)
     return table
+
+
+def _scaled(value: Any, scale: float | None) -> Any:
+    if scale is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    return value * scale

@@ -47,5 +47,5 @@ FORMAT = LogFormat(
     recognise=_recognise,
     read=_read,
     columns=trl.PPO_COLUMNS,
-    vocabulary=trl.VOCABULARY,
+    # A file format, not a trainer: rlhflab writes it too, so fixes keep the settings' own names.
 )

@@ -24,7 +24,7 @@ PPO_COLUMNS = {
     "val/clipfrac_avg": Column("value/clipfrac"),
     "val/ratio": Column("policy/ratio_mean"),
     "val/ratio_var": Column("policy/ratio_var"),
-    "val/num_eos_tokens": Column("response/eos_count", unit="count"),
+    "val/num_eos_tokens": Column("response/eos_count"),  # a count per batch, not a canonical rate
     "learning_rate": Column("lr"),
     "lr": Column("lr"),
 }
@@ -70,11 +70,15 @@ def _recognise(path: Path) -> bool:
 
 
 def _read(path: Path, mapping: UserMapping) -> RawLog:
+    """The log_history rows as TRL wrote them; the step is TRL's `step` (else the episode,
+    else the row's index) unless the user names another step column."""
     state = _load_state(state_file(path))
     records = []
     for index, entry in enumerate(state["log_history"]):
-        step = entry.get("step", entry.get("episode", index))
-        records.append({**{k: v for k, v in entry.items() if k not in IGNORED}, "step": step})
+        if mapping.step_key:
+            records.append(dict(entry))
+        else:
+            records.append({**entry, "step": entry.get("step", entry.get("episode", index))})
     return RawLog(records)
 
 

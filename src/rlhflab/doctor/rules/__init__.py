@@ -1,8 +1,13 @@
-"""The doctor's rules: one module per symptom family, each rule registered once beside its
-detect function (`registry.py`). Importing this package registers them all."""
+"""The doctor's rules: one module per symptom family (`registry.FAMILIES`), each rule
+registered once beside its detect function (`registry.py`). Importing this package
+imports every family, which registers its rules."""
 
-from rlhflab.doctor.rules import collapse, hacking, kl, responses, reward_model, update  # noqa: F401  (registers)
-from rlhflab.doctor.rules.registry import Detection, Rule, Threshold, registered
+from importlib import import_module
+
+from rlhflab.doctor.rules.registry import FAMILIES, Detection, Rule, Threshold, registered
+
+for _family in FAMILIES:
+    import_module(f"{__name__}.{_family}")
 
 RULES: tuple[Rule, ...] = registered()
 RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES)

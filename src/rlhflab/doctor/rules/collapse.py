@@ -28,16 +28,16 @@ COLLAPSE_CLUES = (causes.ZERO_KL, causes.NEGATIVE_ENTROPY_COEF, causes.CLIP_NEVE
 
 @rule("entropy_collapse", "mode_collapse", requires=("policy/entropy",), thresholds=(ENTROPY_FRACTION,),
       causes=(causes.step_size, causes.entropy_term, causes.kl_control, causes.narrow_prompts),
-      clues=COLLAPSE_CLUES + (LARGE_UPDATES,))
+      clues=COLLAPSE_CLUES + (LARGE_UPDATES,), relative=("policy/entropy",))
 def entropy_collapse(table: MetricTable) -> Detection | None:
     """Per-token policy entropy falling below a fraction of its starting level."""
-    ent = table.get("policy/entropy")
+    ent = table.get("policy/entropy", any_unit=True)
     start = baseline(ent.values, window(len(ent)))
     fraction = ENTROPY_FRACTION.value
     return crossing(table, "policy/entropy", lambda v: v < fraction * start,
                     lambda s: f"entropy collapse: policy/entropy fell from {start:.2f} to {s.values[-1]:.2f}",
                     f"smoothed entropy < {fraction} x its starting level {start:.3f}", ENTROPY_FRACTION.source,
-                    "high")
+                    "high", any_unit=True)
 
 
 @rule("diversity_collapse", "mode_collapse", requires=("response/distinct_2",),
@@ -66,8 +66,9 @@ def diversity_collapse(table: MetricTable) -> Detection | None:
         onset = first_where(smooth(bleu.values, w), lambda v: v > limit, persistence(len(bleu)))
         if onset is not None:
             onsets.append(bleu.steps[onset])
-            found.append(evidence("response/self_bleu", bleu, onset, f"smoothed self-BLEU > {SELF_BLEU_LIMIT.value}",
-                                  SELF_BLEU_LIMIT.source))
+            found.append(evidence("response/self_bleu", bleu, onset,
+                                  f"smoothed self-BLEU > max({SELF_BLEU_LIMIT.value}, start + {SELF_BLEU_RISE.value})"
+                                  f" = {limit:.3g}", SELF_BLEU_LIMIT.source))
     if not found:
         return None
     return Detection("diversity collapse: responses are becoming alike", "high", min(onsets), tuple(found))

@@ -22,7 +22,10 @@ PROXY_RISE = Threshold(
 HACK_PROXY_RISE = Threshold(
     "HACK_PROXY_RISE", 0.5,
     "standardised units over the run; no gold signal: proxy gains are suspect when they come with drift")
-HACK_KL = Threshold("HACK_KL", 15.0, KL_ABS_LIMIT.source)
+HACK_KL = Threshold(
+    "HACK_KL", 0.75 * KL_ABS_LIMIT.value,
+    "nats per sequence, 3/4 of KL_ABS_LIMIT: a proxy gain bought with that much KL is suspect (lm-human-preferences' "
+    "6-nat target, Ziegler et al. 2019); healthy demo runs end below 6 nats")
 LENGTH_DRIFT = Threshold(
     "LENGTH_DRIFT", 0.5, "relative change of mean length; Singhal et al. 2023: length is the most common proxy exploit")
 EOS_DROP = Threshold(

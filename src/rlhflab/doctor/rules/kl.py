@@ -24,7 +24,10 @@ KL_GROWTH_FACTOR = Threshold(
     "super-linear KL growth (last-third slope over first-third slope) marks a policy leaving the reference "
     "(Ziegler et al. 2019 sec. 2.2)")
 KL_GROWTH_FLOOR = Threshold(
-    "KL_GROWTH_FLOOR", 10.0, "nats: below this, fast growth is not yet an explosion (half of KL_ABS_LIMIT)")
+    "KL_GROWTH_FLOOR", KL_ABS_LIMIT.value / 2, "nats: below half of KL_ABS_LIMIT, fast growth is not yet an explosion")
+KL_HIGH_FACTOR = Threshold(
+    "KL_HIGH_FACTOR", 2.5, "severity: high when the smoothed KL ends above 2.5x the limit (or grows super-linearly), "
+                           "medium below")
 KL_NEGATIVE_LIMIT = Threshold(
     "KL_NEGATIVE_LIMIT", -1.0,
     "E_pi[log pi - log ref] = KL >= 0 when tokens are sampled from pi (Schulman 2020, k1); TRL logging docs: "
@@ -37,7 +40,7 @@ CONTROLLER_DEADBAND = Threshold(
 
 
 @rule("kl_explosion", "exploding_kl", requires=("kl/mean",),
-      thresholds=(KL_ABS_LIMIT, KL_TARGET_FACTOR, KL_GROWTH_FACTOR, KL_GROWTH_FLOOR),
+      thresholds=(KL_ABS_LIMIT, KL_TARGET_FACTOR, KL_GROWTH_FACTOR, KL_GROWTH_FLOOR, KL_HIGH_FACTOR),
       causes=(causes.kl_control, causes.step_size, causes.reward_scaling, causes.exploitable_reward_model,
               causes.logprob_bookkeeping),
       clues=(causes.ZERO_KL, causes.CLIP_NEVER_CLIPS, LARGE_UPDATES, UNSCALED_REWARDS))
@@ -66,7 +69,7 @@ def kl_explosion(table: MetricTable) -> Detection | None:
         threshold = (f"slope of kl/mean over the last third > {KL_GROWTH_FACTOR.value}x the first third's, "
                      f"and kl/mean > {KL_GROWTH_FLOOR.value} nats")
         source = KL_GROWTH_FACTOR.source
-    severity: Severity = "high" if s[-1] > 2.5 * limit or superlinear else "medium"
+    severity: Severity = "high" if s[-1] > KL_HIGH_FACTOR.value * limit or superlinear else "medium"
     found = [evidence("kl/mean", kl, onset, threshold, source, peak=max(kl.values), early_slope=early,
                       late_slope=late)]
     coef = table.get("kl/coef")

@@ -2,8 +2,8 @@
 symptom, the metrics it needs, its named thresholds and their sources, the causes it
 blames (a default ranking) and the clues that reorder them.
 
-    @rule("kl_negative", "exploding_kl", requires=("kl/mean",), thresholds=(KL_NEGATIVE,),
-          causes=(causes.bookkeeping, causes.kl_control))
+    @rule("kl_negative", "exploding_kl", requires=("kl/mean",), thresholds=(KL_NEGATIVE_LIMIT,),
+          causes=(causes.logprob_bookkeeping, causes.kl_control))
     def kl_negative(table: MetricTable) -> Detection | None: ...
 
 Tests, the docs' rule table (`rlhflab doctor --rules-doc`) and `ppo.stop_on` iterate
@@ -48,6 +48,7 @@ class Rule:
     thresholds: tuple[Threshold, ...]
     causes: tuple[CauseMaker, ...]  # the default ranking, most common cause first
     clues: tuple[Clue, ...]
+    relative: tuple[str, ...]  # metrics it only compares with their own start: any unit will do
     order: tuple[int, int]  # (family, position in its module): the registry's order
 
     @property
@@ -65,7 +66,7 @@ _REGISTERED: dict[str, Rule] = {}
 
 
 def rule(name: str, symptom: Symptom, requires: tuple[str, ...] = (), thresholds: tuple[Threshold, ...] = (),
-         causes: tuple[CauseMaker, ...] = (), clues: tuple[Clue, ...] = ()):
+         causes: tuple[CauseMaker, ...] = (), clues: tuple[Clue, ...] = (), relative: tuple[str, ...] = ()):
     """Register the decorated detect function as the rule `name`."""
 
     def register(detect: Callable[[MetricTable], Detection | None]):
@@ -75,7 +76,7 @@ def rule(name: str, symptom: Symptom, requires: tuple[str, ...] = (), thresholds
         if family not in FAMILIES:
             raise ValueError(f"rule {name!r}: module {detect.__module__} is not a rule family {FAMILIES}")
         position = sum(r.family == family for r in _REGISTERED.values())
-        _REGISTERED[name] = Rule(name, symptom, requires, detect, thresholds, causes, clues,
+        _REGISTERED[name] = Rule(name, symptom, requires, detect, thresholds, causes, clues, relative,
                                  (FAMILIES.index(family), position))
         return detect
 
@@ -98,19 +99,14 @@ def persistence(n: int) -> int:
 
 
 def crossing(table: MetricTable, metric: str, predicate: Callable[[float], bool], title: Callable[[Series], str],
-             threshold: str, source: str, severity: Severity = "medium") -> Detection | None:
+             threshold: str, source: str, severity: Severity = "medium", any_unit: bool = False) -> Detection | None:
     """The common rule shape: the smoothed series satisfies `predicate` persistently."""
-    series = table.get(metric)
+    series = table.get(metric, any_unit)
     onset = first_where(smooth(series.values, window(len(series))), predicate, persistence(len(series)))
     if onset is None:
         return None
     return Detection(title(series), severity, series.steps[onset], (evidence(metric, series, onset, threshold,
                                                                              source),))
-
-
-def last(table: MetricTable, metric: str) -> float | None:
-    s = table.get(metric)
-    return s.values[-1] if s is not None else None
 
 
 def mean(table: MetricTable, metric: str) -> float | None:
