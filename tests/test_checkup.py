@@ -86,3 +86,25 @@ def test_the_most_specific_failed_probe_ranks_first():
               "first_ratio_is_one": "logprob_bookkeeping"}
     rule = BY_NAME["ratio_off"]
     assert rank_causes(rule.causes, rule.clues, table, CheckupVerdict(failed))[0].component == "advantages_values"
+
+
+FORWARD_PROBES = (probes.probe_kl_zero_before_update, probes.probe_first_ratio_is_one,
+                  probes.probe_sampled_logprobs_match, probes.probe_logprob_padding_invariance,
+                  probes.probe_reward_padding_invariance)
+
+
+def test_forward_probes_hold_under_bf16_autocast_and_still_catch_their_faults(smoke_run, monkeypatch):
+    # bf16 forwards (CUDA's autocast, exercised on the CPU): a healthy run passes with the
+    # bf16 tolerances, and the faults these probes catch still fail them.
+    import rlhflab.models.precision as precision
+
+    monkeypatch.setattr(precision, "BF16_DEVICES", ("cpu", "cuda"))
+    healthy = context(smoke_run)
+    for probe in FORWARD_PROBES:
+        result = probe(healthy)
+        assert result.passed and result.tolerance.endswith("(bfloat16)"), result
+    for fault_name, probe in (("temperature_mismatch", probes.probe_sampled_logprobs_match),
+                              ("logprob_off_by_one", probes.probe_sampled_logprobs_match),
+                              ("dropout_in_rollout", probes.probe_first_ratio_is_one),
+                              ("rm_reads_pad", probes.probe_reward_padding_invariance)):
+        assert not probe(context(smoke_run, get_fault(fault_name).components())).passed, fault_name

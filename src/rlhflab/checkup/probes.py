@@ -8,7 +8,7 @@ doctor ranks that component first for the findings of the same run.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +24,7 @@ from rlhflab.doctor.rules.responses import EOS_RATE_LIMIT, PROMPT_UNIQUE_LIMIT
 from rlhflab.doctor.rules.reward_model import RM_LENGTH_CORR_LIMIT, RM_VAL_ACC_LIMIT
 from rlhflab.metrics.stats import pearson
 from rlhflab.models.forward import response_logprobs
+from rlhflab.models.precision import forward_dtype
 from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.rollout import make_rollout
@@ -68,6 +69,30 @@ class ProbeContext:
                             self.state.components)
 
 
+# Tolerances of the probes that compare two forward passes, by the dtype the forwards run
+# in. fp32: last-bit differences of the kernels (healthy runs measure <= 2.4e-6). bf16
+# (CUDA autocast; measured here with CPU bf16 autocast on the smoke run, no GPU being at
+# hand): healthy, the sampler's KV-cache logprobs differ from the padded forward's by up
+# to 0.041 and a reward read alone or in a batch by 9.8e-4, while the faults these probes
+# catch move them by 2.9 or more (temperature_mismatch, logprob_off_by_one,
+# dropout_in_rollout, no_response_mask) and 1.44 (rm_reads_pad); each bf16 tolerance
+# sits about 6x and more above the healthy value and 10x below the smallest fault's.
+FORWARD_TOLERANCES: dict[str, dict[torch.dtype, float]] = {
+    "kl_zero_before_update": {torch.float32: 1e-4, torch.bfloat16: 1e-4},  # one forward path: 0 in both
+    "first_ratio_is_one": {torch.float32: 1e-5, torch.bfloat16: 1e-5},  # one forward path: 0 in both
+    "sampled_logprobs_match_training_forward": {torch.float32: 1e-4, torch.bfloat16: 0.25},
+    "logprob_padding_invariance": {torch.float32: 1e-4, torch.bfloat16: 0.05},
+    "reward_padding_invariance": {torch.float32: 1e-4, torch.bfloat16: 0.05},
+}
+
+
+def _forward_result(ctx: "ProbeContext", name: str, component, measured: float, detail: str) -> ProbeResult:
+    """A probe comparing two forward passes, against the tolerance of the forwards' dtype."""
+    dtype = forward_dtype(next(ctx.state.policy.parameters()).device)
+    result = _result(name, component, measured, FORWARD_TOLERANCES[name][dtype], detail)
+    return replace(result, tolerance=f"{result.tolerance} ({str(dtype).removeprefix('torch.')})")
+
+
 def _result(name, component, measured: float, limit: float, detail: str, below: bool = True) -> ProbeResult:
     passed = measured <= limit if below else measured >= limit
     return ProbeResult(name, component, bool(passed), float(measured), f"{'<=' if below else '>='} {limit:g}", detail)
@@ -76,7 +101,7 @@ def _result(name, component, measured: float, limit: float, detail: str, below: 
 def probe_kl_zero_before_update(ctx: ProbeContext) -> ProbeResult:
     rollout = ctx.rollout()
     kl = float(((rollout.logprobs - rollout.ref_logprobs) * rollout.mask).sum(1).abs().max())
-    return _result("kl_zero_before_update", "logprob_bookkeeping", kl, 1e-4,
+    return _forward_result(ctx, "kl_zero_before_update", "logprob_bookkeeping", kl,
                    "max |per-sequence KL| between the untrained policy and the reference")
 
 
@@ -92,14 +117,14 @@ def probe_first_ratio_is_one(ctx: ProbeContext) -> ProbeResult:
         _, stats = ctx.state.components.policy_loss(logprobs, mb.logprobs, adv.advantages[:size], mb.mask,
                                                     ctx.config.ppo.clip_eps)
     deviation = max(abs(float(stats.ratio_mean) - 1.0), float(stats.approxkl))
-    return _result("first_ratio_is_one", "logprob_bookkeeping", deviation, 1e-5,
+    return _forward_result(ctx, "first_ratio_is_one", "logprob_bookkeeping", deviation,
                    "max(|ratio_mean - 1|, approxkl) on the first minibatch before any update")
 
 
 def probe_sampled_logprobs_match(ctx: ProbeContext) -> ProbeResult:
     rollout = ctx.rollout()
     gap = float((rollout.sampled_logprobs - rollout.logprobs)[rollout.mask].abs().max())
-    return _result("sampled_logprobs_match_training_forward", "logprob_bookkeeping", gap, 1e-4,
+    return _forward_result(ctx, "sampled_logprobs_match_training_forward", "logprob_bookkeeping", gap,
                    "max |logprob at sampling - logprob in the padded training forward|")
 
 
@@ -125,7 +150,7 @@ def probe_logprob_padding_invariance(ctx: ProbeContext) -> ProbeResult:
         alone = response_logprobs(lm, ids, mask, P, T, logits_fn)[0]
         batched = response_logprobs(lm, batch_ids, batch_mask, batch_P, T, logits_fn)[row][real]
         worst = max(worst, float((alone - batched).abs().max()))
-    return _result("logprob_padding_invariance", "logprob_bookkeeping", worst, 1e-4,
+    return _forward_result(ctx, "logprob_padding_invariance", "logprob_bookkeeping", worst,
                    "max |logprob of a sequence alone - in a padded batch|")
 
 
@@ -137,7 +162,7 @@ def probe_reward_padding_invariance(ctx: ProbeContext) -> ProbeResult:
     worst = 0.0
     for (ids, mask, _), (batch_ids, batch_mask, _, row, _) in _alone_and_batched(ctx):
         worst = max(worst, abs(float(score(ids, mask)[0] - score(batch_ids, batch_mask)[row])))
-    return _result("reward_padding_invariance", "reward_model", worst, 1e-4,
+    return _forward_result(ctx, "reward_padding_invariance", "reward_model", worst,
                    "max |reward score of a sequence alone - in a padded batch|")
 
 

@@ -14,6 +14,11 @@ import torch
 BF16_DEVICES = ("cuda",)  # device types whose forwards run in bf16
 
 
+def forward_dtype(device: torch.device) -> torch.dtype:
+    """The dtype the models' forwards compute in on `device`."""
+    return torch.bfloat16 if device.type in BF16_DEVICES else torch.float32
+
+
 def autocast(device: torch.device):
     """The autocast context for forwards on `device`: bf16 on BF16_DEVICES, else a no-op."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type in BF16_DEVICES)
