@@ -241,3 +241,29 @@ def test_cli_doctor_errors(tmp_path: Path):
 
 def test_the_rule_table_in_docs_is_generated_from_the_registry():
     assert doc_is_current(DOCS / "doctor.md"), "stale: run `rlhflab doctor --rules-doc docs/doctor.md`"
+
+
+def test_a_bad_step_is_an_error_naming_the_row(tmp_path: Path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 0, "kl/mean": 0.1}\n{"step": "one", "kl/mean": 0.2}\n')
+    with pytest.raises(LogFormatError, match=r"log.jsonl: row 2: step 'one' \('step'\) is not a whole number"):
+        read_log(log)
+    result = CliRunner().invoke(app, ["doctor", str(log)])
+    assert result.exit_code == 2 and "row 2" in result.output
+
+
+def test_gold_evaluated_every_few_steps_is_paired_with_the_proxy_by_step(tmp_path: Path):
+    # The proxy rises every step; a held-out gold score, every 5th step, peaks at step 40
+    # and falls: paired by position, gold's 16 values would sit against the first 16 proxy
+    # values and the rise would be missed.
+    rows = [{"step": s, "reward/proxy_mean": 0.05 * s} for s in range(80)]
+    for row in rows:
+        if row["step"] % 5 == 0:
+            s = row["step"]
+            row["reward/gold_mean"] = 0.01 * s if s <= 40 else 0.4 - 0.04 * (s - 40)
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    finding = next(f for f in diagnose(read_log(log)).findings if f.rule == "reward_hacking_gold")
+    assert 40 < finding.onset_step <= 60
+    # The proxy at the gold peak is the proxy of steps 30, 35 and 40 (a 3-point window).
+    assert finding.evidence[1].observed["at_gold_peak"] == pytest.approx(0.05 * 35)

@@ -85,6 +85,18 @@ class MetricTable:
         return table
 
 
+def aligned(a: Series, b: Series) -> tuple[Series, Series]:
+    """The two series at the steps both have, so that value i of one pairs with value i of
+    the other (a gold signal evaluated every few steps, a NaN dropped from one series)."""
+    common = set(a.steps) & set(b.steps)
+
+    def keep(s: Series) -> Series:
+        pairs = [(step, v) for step, v in zip(s.steps, s.values) if step in common]
+        return Series(tuple(step for step, _ in pairs), tuple(v for _, v in pairs))
+
+    return keep(a), keep(b)
+
+
 def per_step(numerator: Series, denominator: Series, operation) -> Series:
     """`operation(n, d)` at the steps both series have."""
     by_step = dict(zip(denominator.steps, denominator.values))

@@ -9,6 +9,7 @@ for every format, and a user's `--map` applies on top of any of them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -88,6 +89,7 @@ def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str) 
                 (fallback_units if column.fallback else logged)[column.metric] = column.unit
         elif name not in KNOWN:
             unknown.add(name)
+    _check_steps(raw.records, step_key, source)
     scales = {name: columns[name].scale for name in rename if columns[name].scale != 1.0}
     rows = [{k: _scaled(v, scales.get(k)) for k, v in record.items() if k not in ignored} for record in raw.records]
     table = MetricTable.from_records(rows, source=source, rename=rename, step_key=step_key)
@@ -113,6 +115,16 @@ def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str) 
                                     "has_gold": table.get("reward/gold_mean") is not None})
     convert_units(table, logged)
     return table
+
+
+def _check_steps(records: list[dict[str, Any]], step_key: str, source: str) -> None:
+    """Every row's step, when it has one, is a whole number (rows without one take their index)."""
+    for number, record in enumerate(records, start=1):
+        step = record.get(step_key)
+        if step is None and step_key not in record:
+            continue
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step) or step != int(step):
+            raise LogFormatError(f"{source}: row {number}: step {step!r} ('{step_key}') is not a whole number")
 
 
 def _scaled(value: Any, scale: float | None) -> Any:

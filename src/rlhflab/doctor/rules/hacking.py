@@ -11,7 +11,7 @@ from rlhflab.doctor.rules.kl import KL_ABS_LIMIT
 from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule
 from rlhflab.doctor.rules.reward_model import RM_SCORES_LENGTH, RM_WEAK
 from rlhflab.doctor.signals import baseline, first_where, smooth, window
-from rlhflab.doctor.table import MetricTable
+from rlhflab.doctor.table import MetricTable, aligned
 
 GOLD_DROP = Threshold(
     "GOLD_DROP", 0.15,
@@ -41,12 +41,12 @@ HACKING_CLUES = (causes.ZERO_KL, RM_SCORES_LENGTH, RM_WEAK)
       thresholds=(GOLD_DROP, PROXY_RISE), causes=HACKING_CAUSES + (causes.step_size,), clues=HACKING_CLUES)
 def reward_hacking_gold(table: MetricTable) -> Detection | None:
     """Proxy reward still rising while gold reward falls from its peak (Gao et al. 2022)."""
-    proxy, gold = table.get("reward/proxy_mean"), table.get("reward/gold_mean")
-    n = min(len(proxy), len(gold))
+    proxy, gold = aligned(table.get("reward/proxy_mean"), table.get("reward/gold_mean"))
+    n = len(gold)
     if n < 6:
         return None
     w = window(n)
-    g, p = smooth(gold.values[:n], w), smooth(proxy.values[:n], w)
+    g, p = smooth(gold.values, w), smooth(proxy.values, w)
     peak = max(range(n), key=g.__getitem__)
     drop, rise = GOLD_DROP.value, PROXY_RISE.value
     if not (g[-1] < g[peak] - drop and p[-1] > p[peak] + rise):

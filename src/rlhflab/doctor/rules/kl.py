@@ -10,7 +10,7 @@ from rlhflab.doctor.findings import Evidence, Severity
 from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule
 from rlhflab.doctor.rules.update import LARGE_UPDATES, UNSCALED_REWARDS
 from rlhflab.doctor.signals import first_where, slope, smooth, sustained, window
-from rlhflab.doctor.table import MetricTable
+from rlhflab.doctor.table import MetricTable, aligned
 
 KL_ABS_LIMIT = Threshold(
     "KL_ABS_LIMIT", 20.0,
@@ -97,8 +97,8 @@ def kl_controller_wrong_way(table: MetricTable) -> Detection | None:
     target = table.settings.kl_target
     if target is None:
         return None
-    kl, coef = table.get("kl/mean"), table.get("kl/coef")
-    n = min(len(kl), len(coef))
+    kl, coef = aligned(table.get("kl/mean"), table.get("kl/coef"))
+    n = len(kl)
     length = max(3, window(n))
     deadband = CONTROLLER_DEADBAND.value
     wrong, stuck = [], []
