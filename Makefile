@@ -49,6 +49,7 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/token_draw.py
 	$(PY) bench/decode_breakdown.py
 	$(PY) bench/doctor_speed.py
+	$(PY) bench/checkup_bf16.py
 
 clean:
 	rm -rf $(VENV) $(TRL_VENV) runs .pytest_cache

@@ -368,13 +368,12 @@ def doctor(
 @app.command()
 def report(run: Path = typer.Argument(..., help="Run directory")) -> None:
     """(Re)write RUN/report.html: curves, findings with onsets, samples."""
-    from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
-    from rlhflab.doctor.formats import LogFormatError, read_log
+    from rlhflab.doctor.diagnose import read_and_diagnose, write_diagnosis
+    from rlhflab.doctor.formats import LogFormatError
     from rlhflab.doctor.report import write_report
 
     try:
-        diagnosis = diagnose_path(run, format_name="rlhflab")
-        table = read_log(run, format_name="rlhflab")
+        table, diagnosis = read_and_diagnose(run, format_name="rlhflab")
     except LogFormatError as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None

@@ -11,8 +11,7 @@ from rich.table import Table
 
 from rlhflab.config import PipelineConfig, save_config
 from rlhflab.distributed import Cluster
-from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
-from rlhflab.doctor.formats import read_log
+from rlhflab.doctor.diagnose import read_and_diagnose, write_diagnosis
 from rlhflab.doctor.report import write_report
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.run import run_ppo
@@ -106,9 +105,9 @@ def run_pipeline(
     results, timings = run_stages(StageContext(config, run, components, show_progress, cluster, resume))
     if not cluster.is_main:
         return PipelineResult(run, {})
-    diagnosis = diagnose_path(run.root)
+    table, diagnosis = read_and_diagnose(run.root)
     write_diagnosis(diagnosis, run.diagnosis)
-    write_report(run.root, read_log(run.root), diagnosis)
+    write_report(run.root, table, diagnosis)
     summary = {
         "findings": [f.rule for f in diagnosis.findings],
         **results,

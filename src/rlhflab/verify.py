@@ -14,10 +14,11 @@ from pathlib import Path
 
 from rlhflab.config import apply_overrides, config_from_run, parse_override, save_config
 from rlhflab.distributed import Cluster
-from rlhflab.doctor.diagnose import diagnose_path, write_diagnosis
+from rlhflab.doctor.diagnose import read_and_diagnose, write_diagnosis
 from rlhflab.doctor.findings import Diagnosis
-from rlhflab.doctor.formats import read_log
 from rlhflab.doctor.report import write_report
+from rlhflab.doctor.table import MetricTable
+from rlhflab.faults.zoo import components_for
 from rlhflab.pipeline import STAGE_NAMES, STAGES, StageContext, run_stages
 from rlhflab.runs import RunDir, write_json
 
@@ -64,8 +65,9 @@ def rerun(config, source: RunDir, out: RunDir, first_stage: str, components, sho
     run_stages(StageContext(config, out, components, show_progress, Cluster.single(), resume=False), first_stage)
 
 
-def compare(before: Diagnosis, after: Diagnosis, before_run: Path, after_run: Path) -> list[Comparison]:
-    before_table, after_table = read_log(before_run), read_log(after_run)
+def compare(before: Diagnosis, after: Diagnosis, before_table: MetricTable, after_table: MetricTable) -> list[Comparison]:
+    """Finding by finding of the run before the fix: gone after it or not, with the last
+    value of its first evidence metric in both runs."""
     remaining = {f.rule for f in after.findings}
     rows = []
     for finding in before.findings:
@@ -78,8 +80,6 @@ def compare(before: Diagnosis, after: Diagnosis, before_run: Path, after_run: Pa
 
 def verify(run_dir: Path, fixes: list[str], out: Path | None = None, components=None,
            show_progress: bool = True) -> VerifyResult:
-    from rlhflab.faults.zoo import components_for
-
     source = RunDir(Path(run_dir))
     fix = dict(parse_override(f) for f in fixes)
     config = apply_overrides(config_from_run(source.root), fix, source="--fix")
@@ -87,15 +87,15 @@ def verify(run_dir: Path, fixes: list[str], out: Path | None = None, components=
     # The rerun keeps the run's fault unless the fix removes it (`--fix fault=`).
     rerun(config, source, target, first_stage_to_rerun(fix), components or components_for(config), show_progress)
 
-    before, after = diagnose_path(source.root), diagnose_path(target.root)
+    (before_table, before), (after_table, after) = read_and_diagnose(source.root), read_and_diagnose(target.root)
     write_diagnosis(before, source.diagnosis)
     write_diagnosis(after, target.diagnosis)
-    comparison = compare(before, after, source.root, target.root)
+    comparison = compare(before, after, before_table, after_table)
     new = sorted({f.rule for f in after.findings} - {f.rule for f in before.findings})
     write_json(source.root / "verify.json", {
         "fix": [f"{k}={v}" for k, v in fix.items()], "rerun": str(target.root),
         "comparison": [c.__dict__ for c in comparison], "new_findings": new,
     })
-    write_report(source.root, read_log(source.root), before, compare=read_log(target.root))
-    write_report(target.root, read_log(target.root), after)
+    write_report(source.root, before_table, before, compare=after_table)
+    write_report(target.root, after_table, after)
     return VerifyResult(target.root, before, after, comparison, new)

@@ -71,12 +71,13 @@ class ProbeContext:
 
 # Tolerances of the probes that compare two forward passes, by the dtype the forwards run
 # in. fp32: last-bit differences of the kernels (healthy runs measure <= 2.4e-6). bf16
-# (CUDA autocast; measured here with CPU bf16 autocast on the smoke run, no GPU being at
-# hand): healthy, the sampler's KV-cache logprobs differ from the padded forward's by up
-# to 0.041 and a reward read alone or in a batch by 9.8e-4, while the faults these probes
-# catch move them by 2.9 or more (temperature_mismatch, logprob_off_by_one,
-# dropout_in_rollout, no_response_mask) and 1.44 (rm_reads_pad); each bf16 tolerance
-# sits about 6x and more above the healthy value and 10x below the smallest fault's.
+# (CUDA autocast; measured by bench/checkup_bf16.py with CPU bf16 autocast on the smoke
+# run, no GPU being at hand; table in docs/benchmarks.md): healthy, the sampler's KV-cache
+# logprobs differ from the padded forward's by up to 0.041 and a reward read alone or in a
+# batch by 9.8e-4, while the faults these probes catch move them by 2.9 or more
+# (temperature_mismatch, logprob_off_by_one, dropout_in_rollout, no_response_mask) and
+# 1.4 (rm_reads_pad); each bf16 tolerance sits about 6x and more above the healthy value
+# and 10x below the smallest fault's.
 FORWARD_TOLERANCES: dict[str, dict[torch.dtype, float]] = {
     "kl_zero_before_update": {torch.float32: 1e-4, torch.bfloat16: 1e-4},  # one forward path: 0 in both
     "first_ratio_is_one": {torch.float32: 1e-5, torch.bfloat16: 1e-5},  # one forward path: 0 in both

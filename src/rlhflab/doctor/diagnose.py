@@ -59,11 +59,17 @@ def checkup_findings(table: MetricTable, checkup: CheckupVerdict | None) -> list
                     tuple(rank_causes((), (), table, checkup)))]
 
 
-def diagnose_path(path: Path, mapping: UserMapping | None = None, format_name: str | None = None) -> Diagnosis:
+def read_and_diagnose(path: Path, mapping: UserMapping | None = None,
+                      format_name: str | None = None) -> tuple[MetricTable, Diagnosis]:
     """Read a log (its format detected, or forced) and diagnose it, with the run's
-    checkup when it is a run directory that has one."""
+    checkup when it is a run directory that has one: the table (for a report) and the
+    diagnosis."""
     table = read_log(Path(path), mapping, format_name)
-    return diagnose(table, checkup=read_checkup(Path(path)) if Path(path).is_dir() else None)
+    return table, diagnose(table, checkup=read_checkup(Path(path)) if Path(path).is_dir() else None)
+
+
+def diagnose_path(path: Path, mapping: UserMapping | None = None, format_name: str | None = None) -> Diagnosis:
+    return read_and_diagnose(path, mapping, format_name)[1]
 
 
 def diagnosis_json(diagnosis: Diagnosis) -> dict:

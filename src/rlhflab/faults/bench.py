@@ -18,9 +18,8 @@ from pathlib import Path
 
 from rlhflab.checkup import run_checkup
 from rlhflab.config import load_config
-from rlhflab.doctor.diagnose import CHECKUP_RULE, diagnose, diagnose_path, write_diagnosis
+from rlhflab.doctor.diagnose import CHECKUP_RULE, diagnose, read_and_diagnose, write_diagnosis
 from rlhflab.doctor.findings import Diagnosis
-from rlhflab.doctor.formats import read_log
 from rlhflab.doctor.report import write_report
 from rlhflab.doctor.settings import RunSettings
 from rlhflab.faults.zoo import FAULTS, Fault, components_for, with_fault
@@ -84,9 +83,8 @@ def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunD
     else:
         rerun(config, base, run, first_stage(fault), components, show_progress=False)
     probes = run_checkup(config, run, components)
-    diagnosis = diagnose_path(run.root)  # ranks with the failed probes in RUN/checkup.json
+    table, diagnosis = read_and_diagnose(run.root)  # ranks with the failed probes in RUN/checkup.json
     write_diagnosis(diagnosis, run.diagnosis)
-    table = read_log(run.root)
     write_report(run.root, table, diagnosis)
     table.settings = RunSettings()  # what a log from another trainer gives: the metrics, no config, no checkup
     log_only = diagnose(table)
