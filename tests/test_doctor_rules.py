@@ -69,9 +69,9 @@ RM_HEALTHY = [
 
 
 # What the rlhflab format reads from a demo run's config.toml.
-DEMO = dict(trainer="rlhflab", kl_coef=0.2, kl_estimator="k1", kl_horizon=10000, clip_eps=0.2, value_clip_eps=0.2,
+DEMO = dict(trainer="rlhflab", kl_coef=0.2, kl_estimator="k1", kl_horizon=256, clip_eps=0.2, value_clip_eps=0.2,
             lr=3e-4, entropy_coef=0.0, batch_size=64, response_length=32, normalize_reward=True,
-            missing_eos_penalty=1.0, reward_pairs=18000, reward_epochs=2)
+            missing_eos_penalty=1.0, reward_pairs=15000, reward_epochs=2)
 
 
 def table_of(records, rm=RM_HEALTHY, **settings) -> MetricTable:
@@ -90,7 +90,7 @@ def test_healthy_traces_produce_no_finding(seed):
     assert fired(table_of(healthy_records(seed, gold=False))) == {}
 
 
-def adaptive_coef(records, target, frozen_from=None, horizon=10000):
+def adaptive_coef(records, target, frozen_from=None, horizon=256):
     """kl/coef of a correct adaptive controller (Ziegler et al. 2019), optionally frozen."""
     coef = 0.2
     for r in records:

@@ -196,3 +196,33 @@ def test_adaptive_controller_resumes_from_state_dict():
     for kl in kls[3:]:
         resumed.update(kl, 64)
     assert resumed.value == straight.value
+
+
+def closed_loop(beta0: float, horizon: float, iterations: int, batch_size: int, target: float) -> list[float]:
+    """KL per iteration of a policy under an adaptive beta, as a plant with a known optimum.
+
+    The KL-regularised optimum pi* = pi_ref exp(r / beta) / Z has, for rewards of std sigma
+    small against beta, KL(pi* || pi_ref) = sigma^2 / (2 beta^2) (second-order expansion of
+    log Z); PPO does not jump there but moves a share of the way each iteration. sigma is
+    chosen so that the right beta is 0.2; the run starts at beta0."""
+    sigma, share = 0.2 * math.sqrt(2 * target), 0.15
+    ctl, kl, kls = AdaptiveKLController(beta0, target, horizon), 0.0, []
+    for _ in range(iterations):
+        kl += share * (sigma**2 / (2 * ctl.value**2) - kl)
+        kls.append(kl)
+        ctl.update(kl, batch_size)
+    return kls
+
+
+@pytest.mark.parametrize("beta0", [0.05, 0.8])  # 4x too low (KL 16x the target), 4x too high
+def test_adaptive_controller_reaches_target_within_a_demo_run(beta0):
+    from rlhflab.config import PPOConfig
+
+    ppo, target = PPOConfig(), 3.0
+    kls = closed_loop(beta0, ppo.kl_horizon, ppo.iterations, ppo.batch_size, target)
+    # Within the run, KL comes to within 20% of the target and stays there for the last quarter.
+    assert all(abs(kl / target - 1) < 0.2 for kl in kls[-ppo.iterations // 4 :])
+    # The horizon of lm-human-preferences (10000 episodes, made for runs of ~10^5-10^6) lets beta
+    # move by 1.1x at most in a demo run: the KL stays off target by a factor of several.
+    stale = closed_loop(beta0, 10_000, ppo.iterations, ppo.batch_size, target)
+    assert abs(stale[-1] / target - 1) > 0.5

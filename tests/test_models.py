@@ -1,10 +1,12 @@
 """Logprob bookkeeping and reward scoring, each checked against a second code path."""
 
+import math
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from rlhflab.data.batching import join_prompt_response
+from rlhflab.data.batching import join_prompt_response, length_grouped_batches
 from rlhflab.models.forward import response_logprobs
 from rlhflab.models.reward_model import last_real_index, score_sequences
 from rlhflab.models.sampling import sample_responses
@@ -139,3 +141,17 @@ def test_reward_read_at_last_real_token_under_left_and_right_padding():
 def test_last_real_index_with_mixed_padding():
     mask = torch.tensor([[0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 1, 0]], dtype=torch.bool)
     assert last_real_index(mask).tolist() == [2, 3, 2]
+
+
+def test_length_grouped_batches_cover_every_row_once_with_little_padding():
+    lengths = torch.randint(4, 42, (3000,), generator=torch.Generator().manual_seed(0))
+    first = length_grouped_batches(lengths, 64, torch.Generator().manual_seed(1))
+    rows = torch.cat(first)
+    assert sorted(rows.tolist()) == list(range(3000)) and len(first) == math.ceil(3000 / 64)
+    padded = sum(len(b) * int(lengths[b].max()) for b in first)
+    # Random batches of 64 pad to about the maximum length; grouped ones to about their own.
+    random_padded = sum(64 * int(lengths[b].max()) for b in torch.randperm(3000).split(64))
+    assert int(lengths.sum()) / padded > 0.9 > 0.7 > int(lengths.sum()) / random_padded
+    # The next epoch groups other rows together, in another order.
+    second = length_grouped_batches(lengths, 64, torch.Generator().manual_seed(2))
+    assert {tuple(sorted(b.tolist())) for b in first} != {tuple(sorted(b.tolist())) for b in second}

@@ -3,12 +3,19 @@ the same global batch, up to floating-point reassociation of the summed gradient
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 
 from rlhflab.runs import read_jsonl
 
 PPO_STEPS_COMPARED = 6
+# The reward model's small batches (8 prompts, 4 per process) let Adam amplify the summed gradients'
+# last-bit differences within a few steps: measured 0 relative difference at steps 0-2, 6e-3 at step 3,
+# then a pair or two of a batch labelled differently (train_acc off by up to 0.28). Only the first steps
+# are compared step by step; the trained models are compared by their held-out metrics.
+RM_STEPS_COMPARED = 3
+RM_HELDOUT_TOLERANCE = 0.05  # measured: val_acc equal, gold_agreement 0.014 apart, length_corr 0.026
 MIN_PPO_STEPS_COMPARED = 3
 APPROXKL_TOL_FACTOR = 10  # see the loop below
 COMPARED = ("rm/train_loss", "rm/train_acc", "rm/val_acc", "reward/proxy_mean", "kl/mean", "policy/loss",
@@ -23,18 +30,35 @@ def same_rollout(a: dict, b: dict) -> bool:
             and math.isclose(a["reward/proxy_mean"], b["reward/proxy_mean"], rel_tol=1e-4, abs_tol=1e-5))
 
 
+def torchrun(*args: str) -> None:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "-m", "rlhflab.cli", "pipeline", *args, "--quiet"]
+    done = subprocess.run(command, env=os.environ | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_two_processes_match_one_on_the_smoke_preset(smoke_run, tmp_path):
     run = tmp_path / "ddp"
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               "-m", "rlhflab.cli", "pipeline", "--preset", "smoke", "--out", str(run), "--quiet"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stderr[-3000:]
-    for stage in ("reward", "ppo"):
+    torchrun("--preset", "smoke", "--out", str(run))
+    # PPO under two processes from the one-process run's stage 1 and 2 models (their reward models
+    # part ways after a few steps, see RM_STEPS_COMPARED): a copy of that run resumed after stage 2.
+    ppo_run = tmp_path / "ddp-ppo"
+    for name in ("config.toml", "summary.json", "world", "stage1_lm", "stage2_rm", "metrics/pretrain.jsonl",
+                 "metrics/reward.jsonl"):
+        source, target = smoke_run.root / name, ppo_run / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(source, target) if source.is_dir() else shutil.copy(source, target)
+    torchrun("--resume", str(ppo_run))
+    for stage, other in (("reward", run), ("ppo", ppo_run)):
         one = read_jsonl(smoke_run.metrics(stage))
-        two = read_jsonl(run / "metrics" / f"{stage}.jsonl")
+        two = read_jsonl(other / "metrics" / f"{stage}.jsonl")
         assert [r["step"] for r in one] == [r["step"] for r in two]
         compared = list(zip(one, two))
+        if stage == "reward":
+            for key in ("rm/val_acc", "rm/gold_agreement", "rm/length_corr"):
+                assert abs(one[-1][key] - two[-1][key]) < RM_HELDOUT_TOLERANCE, (key, one[-1][key], two[-1][key])
+            compared = compared[:RM_STEPS_COMPARED]
         if stage == "ppo":
             # Two things end the comparison. Adam amplifies the last-bit differences of the
             # summed gradients step after step (2.9e-2 on policy/approxkl by PPO step 3, with
@@ -64,4 +88,5 @@ def test_two_processes_match_one_on_the_smoke_preset(smoke_run, tmp_path):
                     assert math.isclose(a[key], b[key], rel_tol=key_tol, abs_tol=abs_tol), (stage, a["step"], key,
                                                                                              a[key], b[key])
     # Files are written once, by the first process.
+    assert (ppo_run / "stage3_policy" / "model.safetensors").is_file()
     assert (run / "stage3_policy" / "model.safetensors").is_file() and (run / "diagnosis.json").is_file()

@@ -24,6 +24,7 @@ from rlhflab.worlds.reviews import (
     preference_probability,
 )
 from rlhflab.worlds.reviews import words as W
+from rlhflab.worlds.reviews.world import HELDOUT_BUCKETS, prompt_split
 
 VADER = SentimentIntensityAnalyzer()
 
@@ -174,6 +175,25 @@ def test_different_seeds_differ(world: ReviewsWorld) -> None:
     assert world.prompts(20, 0) != world.prompts(20, 1)
 
 
+def test_heldout_prompts_never_drawn_for_training(world: ReviewsWorld, grammar: ReviewGrammar) -> None:
+    # A demo run's whole training stream (80 iterations of 64) and its stage-2 prompts.
+    train = {p for step in range(80) for p in world.prompts(64, 1000 + step)} | set(world.prompts(4000, 7))
+    heldout = world.prompts(256, 3, split="heldout")
+    assert len(set(heldout)) > 100 and not train & set(heldout)
+    # The partition is of the prompt space: a fresh draw of the grammar's openings lands in
+    # the held-out part about one time in HELDOUT_BUCKETS, whatever the prompt's length.
+    rng = random.Random(0)
+    fresh = [grammar.sample_prompt(rng) for _ in range(20000)]
+    share = sum(prompt_split(p) == "heldout" for p in fresh) / len(fresh)
+    assert abs(share - 1 / HELDOUT_BUCKETS) < 0.04
+    for n_words in (2, 3, 4, 5):
+        of_length = [p for p in fresh if len(p.split()) == n_words]
+        assert abs(sum(prompt_split(p) == "heldout" for p in of_length) / len(of_length) - share) < 0.05
+    # Both parts keep the grammar's mix: the mean opening length differs by under half a word.
+    mean_words = lambda ps: sum(len(p.split()) for p in ps) / len(ps)  # noqa: E731
+    assert abs(mean_words(heldout) - mean_words(world.prompts(256, 3))) < 0.5
+
+
 # --- vocabulary ------------------------------------------------------------------------
 
 
@@ -245,13 +265,27 @@ def test_mood_steers_sentiment(grammar: ReviewGrammar) -> None:
 def test_grammar_samples_pay_no_penalty(world: ReviewsWorld, corpus: list[str]) -> None:
     breakdowns = world.gold_breakdowns([""] * len(corpus), corpus)
     penalised = [b for b in breakdowns if b.ungrammatical or b.repeats or b.excess_words]
-    assert len(penalised) <= len(corpus) // 200  # at most 0.5 %
+    assert len(penalised) <= len(corpus) // 50  # at most 2 %: the longest reviews pay for length
+    assert not any(b.ungrammatical or b.repeats for b in breakdowns)
+
+
+def test_length_penalty_reached_by_a_response_that_never_stops(world: ReviewsWorld, grammar: ReviewGrammar) -> None:
+    # A 2-word prompt and a 32-token response (the default budget) of distinct grammatical
+    # sentences, cut off where the budget ends: the rambling a policy does when it never
+    # emits EOS. At the default soft limit it pays for its length; a plain review does not.
+    rng = random.Random(1)
+    tokens: list[str] = []
+    while len(tokens) < 32:
+        tokens += grammar.sample_review(rng).split()
+    b = world.gold_breakdowns(["it was"], [" ".join(tokens[:32])])[0]
+    assert b.excess_words == 2 + 32 - WorldConfig().length_soft_limit > 0
+    assert world.gold_breakdowns(["the plot was"], ["really wonderful . i loved the cast !"])[0].excess_words == 0
 
 
 def test_gold_of_a_plain_review() -> None:
     grammar, config = ReviewGrammar(), WorldConfig()
     b = gold_breakdown(grammar, config, "the plot was", "really wonderful . i loved the cast !")
-    # full text parses, no content word repeats, 11 words < 40: u = compound.
+    # full text parses, no content word repeats, 11 words < 30: u = compound.
     expected = compound("the plot was really wonderful . i loved the cast !")
     assert b == GoldBreakdown(expected, 0, 0, 0, expected)
 
@@ -421,7 +455,7 @@ def test_save_and_reload(world: ReviewsWorld, corpus: list[str], tmp_path) -> No
         "labeler_tau": 0.1,
         "ungrammatical_penalty": 0.5,
         "repeat_penalty": 0.2,
-        "length_soft_limit": 40,
+        "length_soft_limit": 30,
         "length_penalty": 0.05,
     }
     assert [t["name"] for t in info["templates"]] == [t.name for t in world.grammar.templates]
@@ -431,3 +465,13 @@ def test_padding_is_right(tokenizer: PreTrainedTokenizerFast) -> None:
     out = tokenizer(["it was great .", "i loved the cast !"], padding=True)
     assert out["input_ids"][0][-1] == tokenizer.pad_token_id
     assert out["attention_mask"][0] == [1, 1, 1, 1, 0]
+
+
+def test_labeler_from_known_utilities_draws_the_same_labels(world: ReviewsWorld, corpus: list[str]) -> None:
+    labeler = SimulatedLabeler(world.grammar, world.config)
+    prompts, a, b = world.prompts(200, 4), corpus[:200], corpus[200:400]
+    first, second = random.Random(9), random.Random(9)
+    from_text = [labeler.prefers_first(p, x, y, first) for p, x, y in zip(prompts, a, b)]
+    from_utility = [labeler.prefers_higher(ux, uy, second)
+                    for ux, uy in zip(world.gold(prompts, a), world.gold(prompts, b))]
+    assert from_text == from_utility and 40 < sum(from_text) < 160

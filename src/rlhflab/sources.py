@@ -129,5 +129,5 @@ def prompt_task(config: PipelineConfig, tokenizer: PreTrainedTokenizerBase, cont
                                     config.data.prompts)
         return PromptTask(PromptPool(train), held[: config.ppo.eval_prompts] or train[:1], None, None)
     world = ReviewsWorld(config.world)
-    eval_prompts = world.prompts(config.ppo.eval_prompts, derive_seed(config.seed, "eval-prompts"))
+    eval_prompts = world.prompts(config.ppo.eval_prompts, derive_seed(config.seed, "eval-prompts"), split="heldout")
     return PromptTask(world, eval_prompts, world.gold, world)

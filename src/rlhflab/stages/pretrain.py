@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from rlhflab.config import PipelineConfig, PretrainConfig
-from rlhflab.data.batching import decode_responses, encode_prompts, encode_sft
+from rlhflab.data.batching import decode_responses, encode_prompts, encode_sft, length_grouped_batches
 from rlhflab.distributed import default_device
 from rlhflab.models.lm import build_tiny_lm, count_parameters, load_causal_lm
 from rlhflab.models.precision import autocast
@@ -105,16 +105,23 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
     batches = torch_generator(config.seed, "pretrain", "batches")
     logger = stage_logger(run, "pretrain")
     train_loss = val_loss = grammatical = math.nan
+    epoch: list[Tensor] = []  # the batches of the current pass over the corpus not yet used
+    tokens_per_batch = float(train_targets[:, 1:].sum()) * cfg.batch_size / len(train_targets)
     with progress_bar("stage 1 pretrain", cfg.steps, show_progress) as bar:
         for step in range(cfg.steps):
             model.train()
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, cfg)
-            index = torch.randint(0, len(train_ids), (cfg.batch_size,), generator=batches)
+            if not epoch:
+                epoch = length_grouped_batches(train_mask.sum(1), cfg.batch_size, batches)
+            index = epoch.pop()
             ids, mask, targets = (t.to(device) for t in _trim(train_ids[index], train_mask[index], train_targets[index]))
             loss = lm_loss(model, ids, mask, targets)
+            # Batches of similar length hold different numbers of target tokens: weighting each batch's
+            # mean by its share of tokens keeps every token's weight what it is under random batches.
+            weighted = loss * (targets[:, 1:].sum() / tokens_per_batch)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            weighted.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             optimizer.step()
             train_loss = loss.item()

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from rlhflab.config import PipelineConfig
-from rlhflab.data.batching import decode_responses, encode_prompts, encode_responses, join_prompt_response
+from rlhflab.data.batching import decode_responses, encode_prompts, encode_responses, join_prompt_response, length_grouped_batches
 from rlhflab.data.files import PreferenceRecord
 from rlhflab.distributed import Cluster
 from rlhflab.metrics.stats import pearson
@@ -89,7 +89,6 @@ def sample_comparisons(
     policy.eval()
     K = responses_per_prompt
     labeler_rng = py_rng(labeler_seed, "labeler")
-    labeler = SimulatedLabeler(world.grammar, world.config)
     repeated = [p for p in prompts for _ in range(K)]  # prompt i at rows i*K .. i*K+K-1
     rows, texts, lengths = [], [], []
     for start in range(0, len(repeated), batch_size):
@@ -106,11 +105,14 @@ def sample_comparisons(
     width = max(ids.shape[1] for ids, _ in rows)
     ids = torch.cat([_pad_right(i, width, tokenizer.pad_token_id) for i, _ in rows])
     mask = torch.cat([_pad_right(m, width, False) for _, m in rows])
-    gold = torch.tensor(world.gold(repeated, texts))
+    utilities = world.gold(repeated, texts)
+    gold = torch.tensor(utilities)
     pairs = torch.tensor([(i, j) for i in range(K) for j in range(i + 1, K)], dtype=torch.long)
+    # From the utilities computed once per response: prefers_first would compute each again in each of its K - 1 pairs.
+    labeler = SimulatedLabeler(world.grammar, world.config)
     preferred = torch.tensor([
-        [labeler.prefers_first(p, texts[n * K + i], texts[n * K + j], labeler_rng) for i, j in pairs.tolist()]
-        for n, p in enumerate(prompts)
+        [labeler.prefers_higher(utilities[n * K + i], utilities[n * K + j], labeler_rng) for i, j in pairs.tolist()]
+        for n in range(len(prompts))
     ], dtype=torch.bool)
     N = len(prompts)
     return Comparisons(ids.view(N, K, -1), mask.view(N, K, -1), gold.view(N, K),
@@ -192,7 +194,8 @@ def world_comparisons(config: PipelineConfig, run: RunDir, tokenizer,
         K, cfg.response_length, cfg.sample_temperature, derive_seed(config.seed, "rm-labels"), sampling,
     )
     gold = sample_comparisons(
-        policy, tokenizer, world, world.prompts(prompts_for(cfg.gold_pairs, K), derive_seed(config.seed, "rm-gold-prompts")),
+        policy, tokenizer, world, world.prompts(prompts_for(cfg.gold_pairs, K), derive_seed(config.seed, "rm-gold-prompts"),
+                                                split="heldout"),
         K, cfg.response_length, cfg.sample_temperature, derive_seed(config.seed, "rm-gold-labels"), sampling,
     )
     return labelled.select(torch.arange(n_train)), labelled.select(torch.arange(n_train, n_train + n_val)), gold
@@ -219,6 +222,8 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
     model = reward_model_from_lm(base).to(cluster.device)
     optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    # A prompt's K responses go through the model together, as wide as the longest of them.
+    group_lengths = train.mask.sum(2).max(1).values
     total = steps_per_epoch * cfg.epochs
     warmup = max(1, total // 20)
     order = torch_generator(config.seed, "reward", "order")
@@ -227,13 +232,12 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
     step, loss_value, acc_value, evaluation = 0, math.nan, math.nan, {}
     with progress_bar("stage 2 reward", total, show_progress) as bar:
         for epoch in range(cfg.epochs):
-            permutation = torch.randperm(len(train), generator=order)
-            for i in range(steps_per_epoch):
+            batches = length_grouped_batches(group_lengths, cfg.batch_size, order)
+            for i, rows in enumerate(batches):
                 model.train()
                 lr = cfg.lr * min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                rows = permutation[i * cfg.batch_size : (i + 1) * cfg.batch_size]
                 batch = train.select(cluster.shard(rows))
                 N, _, L = batch.ids.shape
                 # Every prompt has the same pairs, so a process's share of the pairs is its share of the rows.

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 class WorldConfig:
     """Gold utility weights and labeler noise of the reviews world.
 
-    Defaults are chosen so that a grammar sample pays no penalty at all (the grammar
-    never repeats a content word and its reviews stay under the soft limit), while
-    degenerate text aimed at VADER (``great great great !``, a sentence said three
-    times) ends clearly below a plain positive review; see ``docs/world.md``.
+    Defaults are chosen so that a grammar sample almost never pays a penalty (the grammar
+    never repeats a content word, and 98.5 % of its reviews stay within the soft limit),
+    while degenerate text aimed at VADER (``great great great !``, a sentence said three
+    times) ends clearly below a plain positive review, and a response that rambles to the
+    end of its token budget pays for its length; see ``docs/world.md``.
     """
 
     labeler_tau: float = 0.1
@@ -21,8 +22,9 @@ class WorldConfig:
     """Subtracted per sentence that matches no template (incl. an unterminated tail)."""
     repeat_penalty: float = 0.2
     """Subtracted per duplicated sentence and per repeated content-word occurrence."""
-    length_soft_limit: int = 40
-    """Words of the full review (prompt + response) allowed before the length penalty."""
+    length_soft_limit: int = 30
+    """Words of the full review (prompt + response) allowed before the length penalty: the corpus's
+    98.5th percentile, below the 34-37 words of a 2-5 word prompt and a 32-token response that never stops."""
     length_penalty: float = 0.05
     """Subtracted per word of the full review past ``length_soft_limit``."""
 

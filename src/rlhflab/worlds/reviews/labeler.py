@@ -40,3 +40,7 @@ class SimulatedLabeler:
     def prefers_first(self, prompt: str, a: str, b: str, rng: random.Random) -> bool:
         """One noisy label: True if a is preferred (one rng.random() draw)."""
         return rng.random() < self.probability_first(prompt, a, b)
+
+    def prefers_higher(self, u_a: float, u_b: float, rng: random.Random) -> bool:
+        """`prefers_first` for responses whose utilities are known already (one draw)."""
+        return rng.random() < preference_probability(u_a, u_b, self.config.labeler_tau)

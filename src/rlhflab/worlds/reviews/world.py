@@ -4,15 +4,22 @@ Seeding: ``corpus(n, seed)`` and ``prompts(n, seed)`` each build their own
 ``random.Random`` from the seed, on separate streams (a string seed naming the use),
 so the same seed gives the same corpus and the same prompts, and prompts are not
 the openings of the corpus reviews drawn with that seed.
+
+Prompts are split into a training and a held-out part of the prompt *space*: a prompt
+belongs to the held-out part when a stable hash of its text falls in the held-out
+buckets, so no prompt drawn for training can ever be drawn for evaluation, and both
+parts keep the grammar's distribution (a common opening such as "it was" is simply on
+one side), unlike filtering the evaluation set against one training stream.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from rlhflab.worlds.reviews.config import WorldConfig
 from rlhflab.worlds.reviews.gold import GoldBreakdown, gold_breakdown
@@ -21,6 +28,17 @@ from rlhflab.worlds.reviews.tokenizer import build_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
+
+PromptSplit = Literal["train", "heldout"]
+HELDOUT_BUCKETS = 8
+"""One in this many hash buckets of the prompt space is held out for evaluation."""
+
+
+def prompt_split(prompt: str) -> PromptSplit:
+    """The part of the prompt space `prompt` belongs to, by a hash of its text that is the
+    same in every process (Python's `hash` of a string is salted per process)."""
+    digest = hashlib.blake2b(prompt.encode(), digest_size=8).digest()
+    return "heldout" if int.from_bytes(digest, "big") % HELDOUT_BUCKETS == 0 else "train"
 
 
 class ReviewsWorld:
@@ -35,10 +53,16 @@ class ReviewsWorld:
         rng = random.Random(f"reviews/corpus/{seed}")
         return [self.grammar.sample_review(rng) for _ in range(n)]
 
-    def prompts(self, n: int, seed: int) -> list[str]:
-        """n review openings (the first 2-5 words of fresh reviews)."""
-        rng = random.Random(f"reviews/prompts/{seed}")
-        return [self.grammar.sample_prompt(rng) for _ in range(n)]
+    def prompts(self, n: int, seed: int, split: PromptSplit = "train") -> list[str]:
+        """n review openings (the first 2-5 words of fresh reviews) from one part of the
+        prompt space: training prompts by default, `split="heldout"` for evaluation."""
+        rng = random.Random(f"reviews/prompts/{split}/{seed}")
+        drawn: list[str] = []
+        while len(drawn) < n:
+            prompt = self.grammar.sample_prompt(rng)
+            if prompt_split(prompt) == split:
+                drawn.append(prompt)
+        return drawn
 
     def gold_breakdowns(self, prompts: list[str], responses: list[str]) -> list[GoldBreakdown]:
         """Gold utility and its components for each (prompt, response) pair."""
