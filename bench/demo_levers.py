@@ -32,9 +32,8 @@ RANDOM_BATCHES = "random batches (before length grouping)"
 
 STAGE1 = {"defaults": {}, RANDOM_BATCHES: {}, "600 steps": {"pretrain.steps": 600},
           "corpus of 10,000": {"pretrain.corpus_size": 10000}, "3 layers": {"pretrain.n_layer": 3}}
-STAGE2 = {"defaults": {}, RANDOM_BATCHES: {}, "18,000 pairs": {"reward.pairs": 18000},
-          "1 epoch": {"reward.epochs": 1}, "K = 6 responses per prompt": {"reward.responses_per_prompt": 6}}
-PPO = {"defaults": {}, "4 epochs": {"ppo.epochs": 4}, "2 minibatches": {"ppo.minibatches": 2}}
+STAGE2 = {"defaults": {}, RANDOM_BATCHES: {}, "12,000 pairs": {"reward.pairs": 12000}, "1 epoch": {"reward.epochs": 1}}
+PPO = {"defaults": {}, "4 epochs (before)": {"ppo.epochs": 4}}
 
 
 def random_batches(lengths: torch.Tensor, batch_size: int, generator: torch.Generator, pool: int = 50):

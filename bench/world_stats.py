@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+from pathlib import Path
 
 from rlhflab.worlds.reviews import ReviewsWorld
 from rlhflab.worlds.reviews.gold import sentiment_analyzer
@@ -58,7 +59,7 @@ def stage1_samples(world: ReviewsWorld, run: str, prompts: list[str]) -> list[st
     from rlhflab.models.sampling import sample_responses
     from rlhflab.runs import RunDir
 
-    stage1 = RunDir(run).stage1_lm
+    stage1 = RunDir(Path(run)).stage1_lm
     model, tokenizer = load_causal_lm(stage1).eval(), world.tokenizer()
     ids, mask = encode_prompts(tokenizer, prompts)
     with torch.no_grad():
