@@ -42,6 +42,7 @@ bench-trl: $(STAMP) $(TRL_STAMP)
 
 bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/pipeline_targets.py --seeds 0 1 2
+	$(PY) bench/demo_levers.py --seed 0
 	$(PY) bench/compare_trl.py --repeats 3 --iterations 3
 	$(PY) bench/scaling.py
 	$(PY) bench/ppo_levers.py --repeats 3

@@ -15,11 +15,12 @@ RATIO_HIGH = Threshold("RATIO_HIGH", 1.25, "TRL logging docs: val/ratio should f
 RATIO_MAX_LIMIT = Threshold(
     "RATIO_MAX_LIMIT", 50.0,
     "a clipped objective cannot stop one token's probability exploding; single iterations of healthy demo runs "
-    "reach 120 (one token among thousands), their windowed median stays below 15 (docs/doctor.md)")
+    "reach 180 (one token among thousands), their windowed median stays below 9 (docs/benchmarks.md)")
 CLIPFRAC_LIMIT = Threshold(
     "CLIPFRAC_LIMIT", 0.3, "37 implementation details of PPO (Huang et al. 2022): clipfrac is usually 0.1-0.2")
 APPROXKL_LIMIT = Threshold(
-    "APPROXKL_LIMIT", 0.3, "healthy demo runs stay below 0.15 (docs/benchmarks.md); PPO targets ~0.01-0.02 per update")
+    "APPROXKL_LIMIT", 0.3, "healthy demo runs stay below 0.07 (median 0.01-0.015, docs/benchmarks.md); PPO targets "
+    "~0.01-0.05 per update (Spinning Up's target_kl)")
 EXPLAINED_VARIANCE_LIMIT = Threshold(
     "EXPLAINED_VARIANCE_LIMIT", -0.5,
     "37 implementation details of PPO: explained variance should rise towards 1; below 0 the critic is worse than "
