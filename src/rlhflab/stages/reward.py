@@ -256,7 +256,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
                 summed = cluster.sum({"loss": loss.item() * share, "acc": accuracy.item() * share})
                 loss_value, acc_value = summed["loss"], summed["acc"]
                 metrics = {"rm/train_loss": loss_value, "rm/train_acc": acc_value, "lr": lr}
-                if i == steps_per_epoch - 1:
+                if i == len(batches) - 1:
                     evaluation = evaluate_reward_model(model, val, gold)
                     metrics |= evaluation | {"epoch": epoch + 1}
                 logger.log(step, metrics)

@@ -39,7 +39,9 @@ class SimulatedLabeler:
 
     def prefers_first(self, prompt: str, a: str, b: str, rng: random.Random) -> bool:
         """One noisy label: True if a is preferred (one rng.random() draw)."""
-        return rng.random() < self.probability_first(prompt, a, b)
+        u_a = gold_utility(self.grammar, self.config, prompt, a)
+        u_b = gold_utility(self.grammar, self.config, prompt, b)
+        return self.prefers_higher(u_a, u_b, rng)
 
     def prefers_higher(self, u_a: float, u_b: float, rng: random.Random) -> bool:
         """`prefers_first` for responses whose utilities are known already (one draw)."""
