@@ -48,7 +48,7 @@ class PretrainConfig:
     """Steps between validation-loss and grammaticality evaluations."""
     eval_samples: int = 256
     """Reviews sampled from the model to measure `lm/grammatical_rate`."""
-    n_layer: int = 4
+    n_layer: int = 3
     """Transformer blocks."""
     n_embd: int = 128
     """Hidden size."""
@@ -66,7 +66,7 @@ class PretrainConfig:
 class RewardConfig:
     """Stage 2: a scalar reward model trained with the Bradley-Terry loss."""
 
-    pairs: int = 15000
+    pairs: int = 24000
     """Labelled comparisons of stage-1 samples used for training (all pairs of K responses per prompt)."""
     responses_per_prompt: int = 4
     """K: stage-1 samples per prompt; every one of their K(K-1)/2 pairs is labelled."""
