@@ -10,7 +10,7 @@ import pytest
 from rlhflab.doctor.causes import CheckupVerdict
 from rlhflab.doctor.diagnose import diagnose
 from rlhflab.doctor.findings import Change
-from rlhflab.doctor.formats import render_change, verify_command
+from rlhflab.doctor.formats import DIALECTS_BY_NAME, render_change, verify_command
 from rlhflab.doctor.rules import RULE_NAMES, RULES
 from rlhflab.doctor.settings import RunSettings
 from rlhflab.doctor.signals import rolling_median, window
@@ -71,12 +71,15 @@ RM_HEALTHY = [
 # What the rlhflab format reads from a demo run's config.toml.
 DEMO = dict(trainer="rlhflab", kl_coef=0.2, kl_estimator="k1", kl_horizon=256, clip_eps=0.2, value_clip_eps=0.2,
             lr=3e-4, entropy_coef=0.0, batch_size=64, response_length=32, normalize_reward=True,
-            missing_eos_penalty=1.0, reward_pairs=15000, reward_epochs=2)
+            missing_eos_penalty=1.0, reward_pairs=24000, reward_epochs=2)
 
 
 def table_of(records, rm=RM_HEALTHY, **settings) -> MetricTable:
     table = MetricTable.from_records(records + rm, source="synthetic")
     table.settings = RunSettings(**settings)
+    dialect = DIALECTS_BY_NAME.get(table.settings.trainer)
+    if dialect is not None:  # fixes and verification as the trainer's format would set them
+        table.vocabulary, table.verifiable = dict(dialect.vocabulary), dialect.verify
     return table
 
 
@@ -378,9 +381,9 @@ def test_kl_explosion_blames_a_zero_coefficient_first():
     assert finding.fix.changes == (Change("kl_coef", "set", 0.2),)
     assert verify_command(diagnosis, finding) == "rlhflab verify synthetic --fix ppo.kl_coef=0.2"
     # The same finding in another trainer's log speaks that trainer's language.
-    diagnosis = diagnose(table_of(records, trainer="trl"))
+    diagnosis = diagnose(table_of(records, trainer="trl-ppo"))
     finding = next(f for f in diagnosis.findings if f.rule == "kl_explosion")
-    assert render_change("trl", finding.fix.changes[0]) == "PPOConfig.kl_coef=0.2"
+    assert render_change(diagnosis.vocabulary, finding.fix.changes[0]) == "PPOConfig.kl_coef=0.2"
     assert verify_command(diagnosis, finding).startswith("rerun with PPOConfig.kl_coef=0.2")
 
 
@@ -405,7 +408,7 @@ def test_settings_outside_the_usual_range_are_blamed_with_their_fix():
                    if f.rule == "ratio_off")
     assert finding.causes[0].component == "ppo_hyperparameters"
     assert finding.fix.changes == (Change("clip_eps", "set", 0.2),)
-    assert render_change("rlhflab", finding.fix.changes[0]) == "ppo.clip_eps=0.2"
+    assert render_change(DIALECTS_BY_NAME["rlhflab"].vocabulary, finding.fix.changes[0]) == "ppo.clip_eps=0.2"
     # With the usual settings the default ranking stands.
     finding = next(f for f in diagnose(table_of(records, **DEMO)).findings if f.rule == "ratio_off")
     assert finding.causes[0].component == "logprob_bookkeeping"

@@ -272,15 +272,28 @@ def ppo(
 
 
 def print_diagnosis(diagnosis) -> None:
-    """The findings as a rich table, then each one's causes, fix (in the vocabulary of the
-    trainer that wrote the log) and how to verify it."""
+    """The verdict and what could be checked, then the findings as a rich table, then each
+    one's causes, fix (in the vocabulary of the trainer that wrote the log) and how to
+    verify it."""
     from rich.table import Table
 
     from rlhflab.doctor.formats import render_change, verify_command
 
-    if diagnosis.healthy:
-        console.print(f"[green]no finding[/green]: {diagnosis.source} looks healthy ({diagnosis.steps} steps)")
-    else:
+    read = f"{diagnosis.steps} steps read as {diagnosis.trainer} ({diagnosis.format})"
+    if diagnosis.verdict == "no_finding":
+        console.print(f"[green]no finding[/green] of medium or high severity: {diagnosis.source} ({read})")
+    elif diagnosis.verdict == "cannot_tell":
+        console.print(f"[yellow]cannot tell[/yellow]: {diagnosis.source} ({read}); needs "
+                      f"{escape(diagnosis.cannot_tell_reason())}")
+    coverage = Table(title="what could be checked")
+    for column in ("symptom family", "status", "steps", "rules, or what is missing"):
+        coverage.add_column(column)
+    for family, c in diagnosis.coverage.items():
+        detail = ", ".join(c.rules) if c.status == "checked" else c.reason or "needs " + " or ".join(c.needs)
+        coverage.add_row(family, c.status.replace("_", " "), str(c.steps) if c.status == "checked" else "",
+                         escape(detail))
+    console.print(coverage)
+    if diagnosis.findings:
         table = Table(title=f"doctor: {diagnosis.source}")
         for column in ("severity", "rule", "symptom", "onset", "finding", "likely cause"):
             table.add_column(column)
@@ -294,30 +307,39 @@ def print_diagnosis(diagnosis) -> None:
                 observed = ", ".join(f"{k}={v:.4g}" for k, v in e.observed.items())
                 console.print(f"  evidence: {e.metric} {observed}; threshold: {e.threshold} [dim]({e.source})[/dim]")
             for rank, c in enumerate(f.causes, start=1):
-                fix = (" -> fix " + ", ".join(render_change(diagnosis.trainer, ch) for ch in c.fix.changes)
+                fix = (" -> fix " + ", ".join(render_change(diagnosis.vocabulary, ch) for ch in c.fix.changes)
                        if c.fix else "")
-                console.print(f"  {rank}. {c.component}: {c.explanation}{fix}")
-            console.print(f"  verify: {verify_command(diagnosis, f)}")
+                console.print(f"  {rank}. {c.component}: {c.explanation}{escape(fix)}")
+            console.print(f"  verify: {escape(verify_command(diagnosis, f))}")
     if diagnosis.skipped:
         console.print("[dim]not run for lack of metrics: "
-                      + "; ".join(f"{r} (needs {', '.join(m)})" for r, m in diagnosis.skipped.items()) + "[/dim]")
+                      + escape("; ".join(f"{r} (needs {', '.join(m)})" for r, m in diagnosis.skipped.items())) + "[/dim]")
+    if diagnosis.evaluation:
+        console.print("[dim]evaluation metrics (kept apart): " + escape(", ".join(diagnosis.evaluation)) + "[/dim]")
     if diagnosis.unknown_metrics:
-        console.print("[dim]metrics not understood: " + ", ".join(diagnosis.unknown_metrics) + "[/dim]")
+        console.print("[dim]metrics not understood: " + escape(", ".join(diagnosis.unknown_metrics)) + "[/dim]")
     for note in diagnosis.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {escape(note)}[/dim]")
 
 
 def _list_formats() -> None:
     from rich.table import Table
 
-    from rlhflab.doctor.formats import FORMATS
+    from rlhflab.doctor.formats import DIALECTS, FORMATS
 
-    table = Table(title="log formats (recognised by content, in this order; force one with --format NAME)")
-    for column in ("name", "reads", "names mapped"):
-        table.add_column(column)
+    files = Table(title="log files (recognised by content, in this order; force one with --format NAME)")
+    for column in ("name", "reads", "trainers"):
+        files.add_column(column)
     for fmt in FORMATS:
-        table.add_row(fmt.name, fmt.description, str(len(fmt.columns)) if fmt.columns else "canonical (+ --map)")
-    console.print(table)
+        files.add_row(fmt.name, fmt.description,
+                      ", ".join(d.name for d in fmt.dialects) if fmt.dialects else "any (told by the names)")
+    console.print(files)
+    trainers = Table(title="trainers (their names, units and the keys fixes are written in)")
+    for column in ("name", "logs", "names mapped"):
+        trainers.add_column(column)
+    for dialect in DIALECTS:
+        trainers.add_row(dialect.name, dialect.description, str(len(dialect.columns)) if dialect.columns else "canonical")
+    console.print(trainers)
 
 
 @app.command()
@@ -333,7 +355,11 @@ def doctor(
     rules_doc: Optional[Path] = typer.Option(None, "--rules-doc", help="Rewrite the rule table in this markdown "
                                              "file (docs/doctor.md) from the rule registry, and exit."),
 ) -> None:
-    """Diagnose a run or another trainer's log: findings, evidence, ranked causes, fixes."""
+    """Diagnose a run or another trainer's log: findings, evidence, ranked causes, fixes.
+
+    Exit code: 1 for a finding of medium or high severity; 0 for none, when at least 10
+    steps and two symptom families could be checked; 3 ("cannot tell") when not; 2 for
+    bad input."""
     import json
 
     from rlhflab.doctor.diagnose import diagnose_path, diagnosis_json, write_diagnosis
@@ -357,12 +383,13 @@ def doctor(
     except LogFormatError as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
-    if diagnosis.trainer == "rlhflab":
+    if diagnosis.format == "rlhflab":
         write_diagnosis(diagnosis, path / "diagnosis.json")
     if json_output:
         typer.echo(json.dumps(diagnosis_json(diagnosis), indent=2))
     else:
         print_diagnosis(diagnosis)
+    raise typer.Exit(diagnosis.exit_code)
 
 
 @app.command()

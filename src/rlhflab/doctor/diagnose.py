@@ -6,7 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rlhflab.doctor.causes import CheckupVerdict, rank_causes
-from rlhflab.doctor.findings import Diagnosis, Evidence, Finding
+from rlhflab.doctor.findings import FAMILIES, Coverage, Diagnosis, Evidence, Finding
 from rlhflab.doctor.formats import UserMapping, read_log, render_fix, verify_command
 from rlhflab.doctor.formats.rlhflab import read_checkup
 from rlhflab.doctor.rules import RULES, Rule
@@ -23,9 +23,10 @@ def diagnose(table: MetricTable, rules: tuple[Rule, ...] = RULES,
              checkup: CheckupVerdict | None = None) -> Diagnosis:
     """Findings sorted by severity then onset; rules lacking a metric are listed as skipped."""
     diagnosis = Diagnosis(table.source, unknown_metrics=list(table.unknown), notes=list(table.notes),
-                          trainer=table.settings.trainer)
-    ppo = table.get("kl/mean") or table.get("reward/proxy_mean")
-    diagnosis.steps = len(ppo) if ppo is not None else 0
+                          trainer=table.settings.trainer, format=table.format, vocabulary=dict(table.vocabulary),
+                          verifiable=table.verifiable, evaluation=list(table.evaluation))
+    diagnosis.steps = table.steps_read
+    diagnosis.coverage = coverage(table, rules)
     for rule in rules:
         missing = [m for m in rule.requires if table.get(m, any_unit=m in rule.relative) is None]
         if missing:
@@ -41,6 +42,32 @@ def diagnose(table: MetricTable, rules: tuple[Rule, ...] = RULES,
     diagnosis.findings.extend(checkup_findings(table, checkup))
     diagnosis.findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.onset_step))
     return diagnosis
+
+
+def coverage(table: MetricTable, rules: tuple[Rule, ...] = RULES) -> dict[str, Coverage]:
+    """Per symptom family: checked (by which rules, on how many steps: the longest series
+    they read), missing (the metrics its rules lacked), or not applicable (exploding KL
+    in a run without a KL penalty that logs no KL). Rules that need no metric (NaN
+    checks) check no family."""
+    result: dict[str, Coverage] = {}
+    for family, symptoms in FAMILIES.items():
+        members = [r for r in rules if r.symptom in symptoms and r.requires]
+        ran, needs = [], []
+        steps = 0
+        for rule in members:
+            series = [table.get(m, any_unit=m in rule.relative) for m in rule.requires]
+            if all(s is not None for s in series):
+                ran.append(rule.name)
+                steps = max(steps, max(len(s) for s in series))
+            else:
+                needs.extend(m for m, s in zip(rule.requires, series) if s is None and m not in needs)
+        if ran:
+            result[family] = Coverage("checked", steps=steps, rules=tuple(ran))
+        elif family == "exploding_kl" and table.settings.kl_coef == 0:
+            result[family] = Coverage("not_applicable", reason="no KL penalty (KL coefficient 0), and no KL logged")
+        else:
+            result[family] = Coverage("missing", needs=tuple(needs))
+    return result
 
 
 def checkup_findings(table: MetricTable, checkup: CheckupVerdict | None) -> list[Finding]:
@@ -72,19 +99,32 @@ def diagnose_path(path: Path, mapping: UserMapping | None = None, format_name: s
     return read_and_diagnose(path, mapping, format_name)[1]
 
 
+# diagnosis.json's schema version (docs/doctor.md, "diagnosis.json"); bumped when a field
+# changes meaning or goes away, not when one is added.
+SCHEMA_VERSION = 2
+
+
 def diagnosis_json(diagnosis: Diagnosis) -> dict:
-    """`diagnosis.json`: the findings with each fix rendered in the log's trainer's vocabulary."""
+    """`diagnosis.json`: the verdict, what could be checked, and the findings with each fix
+    rendered in the log's trainer's vocabulary."""
     return {
+        "schema_version": SCHEMA_VERSION,
         "source": diagnosis.source,
+        "format": diagnosis.format,
         "trainer": diagnosis.trainer,
+        "verdict": diagnosis.verdict,
+        "exit_code": diagnosis.exit_code,
+        "cannot_tell": diagnosis.cannot_tell_reason() if diagnosis.verdict == "cannot_tell" else None,
         "steps": diagnosis.steps,
         "healthy": diagnosis.healthy,
+        "coverage": {family: asdict(c) for family, c in diagnosis.coverage.items()},
         "findings": [
-            asdict(f) | {"fix": render_fix(diagnosis.trainer, f.fix), "verify": verify_command(diagnosis, f)}
+            asdict(f) | {"fix": render_fix(diagnosis.vocabulary, f.fix), "verify": verify_command(diagnosis, f)}
             for f in diagnosis.findings
         ],
         "skipped_rules": diagnosis.skipped,
         "unknown_metrics": diagnosis.unknown_metrics,
+        "evaluation_metrics": diagnosis.evaluation,
         "notes": diagnosis.notes,
     }
 

@@ -66,6 +66,31 @@ class Finding:
         return next((c.fix for c in self.causes if c.fix is not None), None)
 
 
+# The symptom families the doctor's coverage is stated for, and the rule symptoms each holds.
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "exploding_kl": ("exploding_kl",),
+    "mode_collapse": ("mode_collapse",),
+    "reward_hacking": ("reward_hacking",),
+    "update_health": ("ppo_instability",),
+}
+# A diagnosis says "no finding" only when it read this many steps and checked this many families.
+MIN_STEPS = 10
+MIN_FAMILIES = 2
+EXIT_CODES = {"finding": 1, "no_finding": 0, "cannot_tell": 3}
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What the doctor could check for one symptom family: `checked` (on `steps` steps, by
+    `rules`), `missing` (the metrics it would need) or `not_applicable` (and why)."""
+
+    status: Literal["checked", "missing", "not_applicable"]
+    steps: int = 0
+    rules: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
+    reason: str = ""
+
+
 @dataclass
 class Diagnosis:
     source: str
@@ -73,9 +98,47 @@ class Diagnosis:
     skipped: dict[str, list[str]] = field(default_factory=dict)  # rule -> metrics it lacked
     unknown_metrics: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # unit conversions made, or not
-    steps: int = 0
-    trainer: str = "unknown"  # the format that read the log: fixes are rendered in its vocabulary
+    steps: int = 0  # distinct training steps at which an understood metric was read
+    trainer: str = "unknown"  # the dialect that read the log
+    format: str = ""  # the container that was read
+    vocabulary: dict[str, str] = field(default_factory=dict)  # fixes in the trainer's own keys
+    verifiable: bool = False  # `rlhflab verify` can rerun the run
+    coverage: dict[str, Coverage] = field(default_factory=dict)  # symptom family -> what could be checked
+    evaluation: list[str] = field(default_factory=list)  # evaluation series, kept apart
 
     @property
     def healthy(self) -> bool:
-        return not self.findings
+        """No finding of medium or high severity (low ones are notes)."""
+        return not any(f.severity in ("high", "medium") for f in self.findings)
+
+    @property
+    def families_checked(self) -> list[str]:
+        return [name for name, c in self.coverage.items() if c.status == "checked"]
+
+    @property
+    def verdict(self) -> Literal["finding", "no_finding", "cannot_tell"]:
+        """`finding` for any finding of medium or high severity, whatever the coverage;
+        `no_finding` when enough was read to say so; else `cannot_tell`."""
+        if not self.healthy:
+            return "finding"
+        if self.steps >= MIN_STEPS and len(self.families_checked) >= MIN_FAMILIES:
+            return "no_finding"
+        return "cannot_tell"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    def cannot_tell_reason(self) -> str:
+        """What the log would need to hold for a verdict."""
+        wanted = []
+        if self.steps < MIN_STEPS:
+            wanted.append(f"at least {MIN_STEPS} steps (read {self.steps})")
+        checked = self.families_checked
+        if len(checked) < MIN_FAMILIES:
+            missing = {name: c.needs for name, c in self.coverage.items() if c.status == "missing"}
+            needs = "; ".join(f"{name}: {' or '.join(needs)}" for name, needs in missing.items() if needs)
+            wanted.append(f"at least {MIN_FAMILIES} symptom families checked (checked {len(checked)}"
+                          + (f": {', '.join(checked)}" if checked else "") + ")"
+                          + (f"; metrics that would add one: {needs}" if needs else ""))
+        return "; ".join(wanted)

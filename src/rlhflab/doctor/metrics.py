@@ -40,6 +40,11 @@ PRETRAIN_METRICS: dict[str, Unit] = {"lm/train_loss": "value", "lm/val_loss": "v
 
 CANONICAL: dict[str, Unit] = PPO_METRICS | OTHER_TRAINERS_METRICS | EXTRA_METRICS | REWARD_METRICS | PRETRAIN_METRICS
 KNOWN = frozenset(CANONICAL)
+# Evaluation metrics (a trainer's `eval_*` rows) are kept under this prefix, apart from
+# the training series they share names with.
+EVAL_PREFIX = "eval/"
+# One series per reward function of a run scored by several (TRL's `rewards/<function>/mean`).
+REWARD_FUNCTION_PREFIX = "reward/function/"
 
 
 def canonical_unit(name: str) -> Unit | None:

@@ -95,13 +95,34 @@ def _samples_section(run: RunDir) -> str:
 def _fix_text(diagnosis: Diagnosis, cause) -> str:
     if cause.fix is None:
         return ""
-    changes = ", ".join(render_change(diagnosis.trainer, c) for c in cause.fix.changes)
+    changes = ", ".join(render_change(diagnosis.vocabulary, c) for c in cause.fix.changes)
     return f" <i>fix: {html.escape(changes)}</i> ({html.escape(cause.fix.text)})"
 
 
+VERDICTS = {"finding": "Findings of medium or high severity: see below.",
+            "no_finding": "No finding of medium or high severity.",
+            "cannot_tell": "Cannot tell: the log does not hold enough to call the run healthy."}
+
+
+def coverage_section(diagnosis: Diagnosis) -> str:
+    """The verdict and, per symptom family, what could be checked and on how many steps."""
+    rows = "".join(
+        f"<tr><td>{html.escape(family)}</td><td>{c.status.replace('_', ' ')}</td>"
+        f"<td>{c.steps if c.status == 'checked' else ''}</td>"
+        f"<td>{html.escape(', '.join(c.rules) if c.status == 'checked' else c.reason or 'needs ' + ' or '.join(c.needs))}"
+        f"</td></tr>"
+        for family, c in diagnosis.coverage.items())
+    reason = (f" It needs {html.escape(diagnosis.cannot_tell_reason())}." if diagnosis.verdict == "cannot_tell" else "")
+    css = "ok" if diagnosis.verdict == "no_finding" else "muted"
+    return (f"<h2>Verdict</h2><p class='{css}'>{VERDICTS[diagnosis.verdict]}{reason}</p>"
+            f"<p>{diagnosis.steps} steps read ({html.escape(diagnosis.trainer)}, {html.escape(diagnosis.format)}).</p>"
+            "<table><tr><th>symptom family</th><th>status</th><th>steps</th><th>rules, or what is missing</th></tr>"
+            f"{rows}</table>")
+
+
 def _findings_section(diagnosis: Diagnosis) -> str:
-    if diagnosis.healthy:
-        return "<h2>Findings</h2><p class='ok'>No finding: the run looks healthy.</p>"
+    if not diagnosis.findings:
+        return "<h2>Findings</h2><p>None.</p>"
     parts = ["<h2>Findings</h2>"]
     for f in diagnosis.findings:
         evidence = "".join(
@@ -171,7 +192,7 @@ def write_report(run_dir: Path, table: MetricTable, diagnosis: Diagnosis, compar
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>rlhflab report: {html.escape(run.root.name)}</title>"
             f"<style>{STYLE}</style></head><body><h1>rlhflab report: {html.escape(str(run.root))}</h1>"
             f"<p>{diagnosis.steps} PPO iterations; {len(diagnosis.findings)} finding(s).</p>"
-            f"{_findings_section(diagnosis)}{_verify_section(run)}{summary}"
+            f"{coverage_section(diagnosis)}{_findings_section(diagnosis)}{_verify_section(run)}{summary}"
             f"<h2>Curves</h2><div class='grid'>{figures}</div>{_samples_section(run)}</body></html>")
     run.report.write_text(page, encoding="utf-8")
     return run.report

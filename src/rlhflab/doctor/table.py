@@ -34,6 +34,9 @@ class Series:
     def scaled(self, factor: float) -> "Series":
         return Series(self.steps, tuple(v * factor for v in self.values))
 
+    def squared(self) -> "Series":
+        return Series(self.steps, tuple(v * v for v in self.values))
+
 
 @dataclass
 class MetricTable:
@@ -47,6 +50,12 @@ class MetricTable:
     units: dict[str, Unit] = field(default_factory=dict)  # metric -> its unit, where not the canonical one
     notes: list[str] = field(default_factory=list)  # what the table converted, or could not
     settings: RunSettings = field(default_factory=RunSettings)
+    evaluation: list[str] = field(default_factory=list)  # `eval/...` series: evaluation rows, kept apart
+    estimators: dict[str, str] = field(default_factory=dict)  # KL metric -> its estimator (k1, k2, k3)
+    format: str = ""  # the container that was read
+    vocabulary: dict[str, str] = field(default_factory=dict)  # RunSettings field -> the trainer's key
+    verifiable: bool = False  # `rlhflab verify` can rerun the run
+    steps_read: int = 0  # distinct steps at which an understood training metric was logged
 
     def get(self, name: str, any_unit: bool = False) -> Series | None:
         """The series of `name` in its canonical unit; one the table could not convert is
@@ -82,6 +91,7 @@ class MetricTable:
                 pairs.setdefault(name, []).append((int(step), float(value)))
         table = MetricTable({k: Series.from_pairs(v) for k, v in pairs.items()}, source)
         table.non_finite = non_finite
+        table.steps_read = len({step for values in pairs.values() for step, _ in values})
         return table
 
 
@@ -143,3 +153,30 @@ def _convert(table: MetricTable, series: Series, unit: Unit, target: Unit) -> tu
             return None, "the log does not tell the batch size"
         return series.scaled(1.0 / batch), f"divided by the batch size {batch}"
     return None, f"no conversion from {unit} to {target}"
+
+
+# Pairs of canonical metrics that are the same quantity in two units: (per sequence, per token).
+PER_SEQUENCE_AND_PER_TOKEN = (("kl/mean", "kl/token_mean"),)
+
+
+def derive_equivalents(table: MetricTable) -> None:
+    """Fill a per-sequence metric from its per-token twin (times the mean response length)
+    or the reverse, where the log has one and the length, so that rules written in either
+    unit read it; each derivation is noted and keeps its estimator."""
+    length = table.get("response/length_mean")
+    if length is None:
+        return
+    for per_sequence, per_token in PER_SEQUENCE_AND_PER_TOKEN:
+        seq, tok = table.get(per_sequence), table.get(per_token)
+        if seq is None and tok is not None:
+            table.series[per_sequence] = per_step(tok, length, lambda v, n: v * n)
+            source, target = per_token, per_sequence
+        elif tok is None and seq is not None:
+            table.series[per_token] = per_step(seq, length, lambda v, n: v / n)
+            source, target = per_sequence, per_token
+        else:
+            continue
+        if source in table.estimators:
+            table.estimators[target] = table.estimators[source]
+        table.notes.append(f"{target} derived from {source} and response/length_mean (the mean length stands in "
+                           "for each response's own)")

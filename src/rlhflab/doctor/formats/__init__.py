@@ -1,8 +1,11 @@
-"""Log formats, one module per trainer family, each one declarative spec (`spec.py`):
-how to recognise its logs, its names -> canonical names and their units, where its
-settings are, and its trainer's vocabulary for fixes.
+"""Log formats: containers (how a kind of file is recognised and read) and dialects (a
+trainer's names, units, settings and vocabulary for fixes), each declared once
+(`spec.py`). A container that knows its trainer reads in its dialect; the others
+(TensorBoard, MLflow, W&B exports, trainer_state.json, plain tables) give their rows to
+the dialect whose names they hold.
 
-Adding a format is one file here and one line in `FORMATS`.
+Adding a trainer is one module with its `Dialect` and a line in `DIALECTS`; adding a
+kind of file is one module with its `LogFormat` and a line in `FORMATS`.
 """
 
 from __future__ import annotations
@@ -11,16 +14,42 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rlhflab.doctor.findings import Change, Diagnosis, Finding, Fix
-from rlhflab.doctor.formats import rlhflab, table, tensorboard, trl
-from rlhflab.doctor.formats.spec import Column, LogFormat, LogFormatError, RawLog, UserMapping, build_table
+from rlhflab.doctor.formats import (
+    deepspeed_chat,
+    hf_console,
+    mlflow,
+    nemo_rl,
+    openrlhf,
+    rlhflab,
+    table,
+    tensorboard,
+    trainer_state,
+    trl,
+    trlx,
+    verl,
+    wandb_csv,
+)
+from rlhflab.doctor.formats.spec import CANONICAL, Column, Dialect, LogFormat, LogFormatError, RawLog, UserMapping, build_table
 from rlhflab.doctor.table import MetricTable
 
-# Tried in this order: the most specific recognisers first.
-FORMATS: tuple[LogFormat, ...] = (rlhflab.FORMAT, trl.FORMAT, tensorboard.FORMAT, table.FORMAT)
+# Every trainer's vocabulary; containers that do not know their trainer choose among these.
+DIALECTS: tuple[Dialect, ...] = (
+    rlhflab.DIALECT, *trl.DIALECTS, verl.DIALECT, openrlhf.DIALECT, nemo_rl.DIALECT, trlx.DIALECT,
+    deepspeed_chat.DIALECT, CANONICAL,
+)
+DIALECTS_BY_NAME: dict[str, Dialect] = {d.name: d for d in DIALECTS}
+
+# Tried in this order: the most specific recognisers first (a console capture can hold
+# a printed dict and a veRL line; plain CSV/JSONL comes last).
+FORMATS: tuple[LogFormat, ...] = (
+    rlhflab.FORMAT, trainer_state.FORMAT, tensorboard.FORMAT, mlflow.FORMAT, verl.JSONL, wandb_csv.FORMAT,
+    verl.CONSOLE, deepspeed_chat.FORMAT, hf_console.FORMAT, table.FORMAT,
+)
 BY_NAME: dict[str, LogFormat] = {f.name: f for f in FORMATS}
 
-__all__ = ["BY_NAME", "Column", "FORMATS", "LogFormat", "LogFormatError", "RawLog", "UserMapping", "detect_format",
-           "get_format", "read_log", "render_change", "render_fix", "verify_command"]
+__all__ = ["BY_NAME", "Column", "DIALECTS", "DIALECTS_BY_NAME", "Dialect", "FORMATS", "LogFormat", "LogFormatError",
+           "RawLog", "UserMapping", "detect_format", "get_format", "read_log", "render_change", "render_fix",
+           "verify_command"]
 
 
 def get_format(name: str) -> LogFormat:
@@ -49,7 +78,7 @@ def read_log(path: Path, mapping: UserMapping | None = None, format_name: str | 
         raise LogFormatError(f"{path}: no such file or directory")
     fmt = get_format(format_name) if format_name else detect_format(path)
     mapping = mapping or UserMapping()
-    return build_table(fmt.read(path, mapping), fmt, mapping, str(path))
+    return build_table(fmt.read(path, mapping), fmt, mapping, str(path), DIALECTS_BY_NAME)
 
 
 def _value(value) -> str:
@@ -62,35 +91,33 @@ def _value(value) -> str:
     return str(value)
 
 
-def render_change(trainer: str, change: Change) -> str:
+def render_change(vocabulary: dict[str, str], change: Change) -> str:
     """One change in the vocabulary of the trainer that wrote the log (`ppo.kl_coef=0.4`,
-    `PPOConfig.kl_coef=0.4`); a setting the trainer has no key for keeps its own name."""
-    fmt = BY_NAME.get(trainer)
-    key = fmt.vocabulary.get(change.setting, change.setting) if fmt else change.setting
+    `GRPOConfig.beta=0.04`); a setting the trainer has no key for keeps its own name."""
+    key = vocabulary.get(change.setting, change.setting)
     if change.direction == "set":
         return f"{key}={_value(change.value)}"
     return f"{change.direction} {key}"
 
 
-def render_fix(trainer: str, fix: Fix | None) -> dict | None:
+def render_fix(vocabulary: dict[str, str], fix: Fix | None) -> dict | None:
     if fix is None:
         return None
-    return {"changes": [render_change(trainer, c) for c in fix.changes], "text": fix.text,
+    return {"changes": [render_change(vocabulary, c) for c in fix.changes], "text": fix.text,
             "settings": [asdict(c) for c in fix.changes]}
 
 
 def verify_command(diagnosis: Diagnosis, finding: Finding) -> str:
-    """How to check the fix: `rlhflab verify` for runs it can rerun, else a rerun in the
-    user's own trainer followed by the doctor."""
+    """How to check the fix: `rlhflab verify` for rlhflab's own runs, which it can rerun;
+    for any other trainer's log, a rerun in that trainer followed by the doctor."""
     fix = finding.fix
-    fmt = BY_NAME.get(diagnosis.trainer)
-    if fmt is not None and fmt.verify:
+    if diagnosis.verifiable:
         if fix is None:
             return f"rlhflab checkup {diagnosis.source}"
         if all(c.direction == "set" for c in fix.changes):
             return f"rlhflab verify {diagnosis.source} " + " ".join(
-                f"--fix {render_change(diagnosis.trainer, c)}" for c in fix.changes)
+                f"--fix {render_change(diagnosis.vocabulary, c)}" for c in fix.changes)
     if fix is None:
         return "fix the component, rerun with the same seed, then: rlhflab doctor NEW_LOG"
-    changes = ", ".join(render_change(diagnosis.trainer, c) for c in fix.changes)
+    changes = ", ".join(render_change(diagnosis.vocabulary, c) for c in fix.changes)
     return f"rerun with {changes} and the same seed, then: rlhflab doctor NEW_LOG"

@@ -11,7 +11,7 @@ from typing import Any
 import tomllib
 
 from rlhflab.doctor.causes import CheckupVerdict
-from rlhflab.doctor.formats.spec import LogFormat, LogFormatError, RawLog, UserMapping
+from rlhflab.doctor.formats.spec import Dialect, LogFormat, LogFormatError, RawLog, UserMapping
 from rlhflab.runs import RunDir, read_jsonl
 
 # config.toml key -> RunSettings field; read both ways (settings, and fixes as overrides).
@@ -84,11 +84,17 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
     return RawLog(records, settings)
 
 
+DIALECT = Dialect(
+    name="rlhflab",
+    description="rlhflab's canonical names; fixes as config overrides (ppo.kl_coef=...)",
+    vocabulary={setting: key for key, setting in CONFIG_KEYS.items()},
+    verify=True,
+)
+
 FORMAT = LogFormat(
     name="rlhflab",
     description="an rlhflab run directory (RUN/metrics/*.jsonl, RUN/config.toml)",
     recognise=_recognise,
     read=_read,
-    vocabulary={setting: key for key, setting in CONFIG_KEYS.items()},
-    verify=True,
+    dialects=(DIALECT,),
 )

@@ -1,22 +1,30 @@
-"""What a log format is: how to recognise its logs, how to read their rows, its names ->
-canonical names with the unit of each, where the run's settings are, and how its trainer
-spells each setting (so that fixes read in the user's own vocabulary).
+"""What a log format is, in two parts:
 
-A format is data plus two small functions; turning its rows into a `MetricTable`
-(renaming, scaling, converting units, listing what it could not map) is done once, here,
-for every format, and a user's `--map` applies on top of any of them.
+- a **container** (`LogFormat`): how to recognise a kind of file by its content and read
+  its rows (a `trainer_state.json`, TensorBoard events, a console log, a CSV...);
+- a **dialect** (`Dialect`): a trainer's vocabulary, whatever container it was written
+  to: its names -> canonical names with the unit of each, the bookkeeping names it logs,
+  what its names tell of the run's settings, its known artefacts, and how it spells each
+  setting (so that fixes read in the user's own vocabulary).
+
+A container either knows its trainer (veRL's console lines are veRL's) or leaves the
+dialect to the names its rows hold (TensorBoard events can be TRL's, OpenRLHF's, trlX's).
+Turning rows into a `MetricTable` (renaming, merging repeated steps, scaling, converting
+units, listing what could not be mapped) is done once, here, for every format, and a
+user's `--map` applies on top of any of them.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from rlhflab.doctor.metrics import KNOWN
+from rlhflab.doctor.metrics import EVAL_PREFIX, KNOWN, REWARD_FUNCTION_PREFIX
 from rlhflab.doctor.settings import SETTING_NAMES, RunSettings
-from rlhflab.doctor.table import MetricTable, convert_units
+from rlhflab.doctor.table import MetricTable, convert_units, derive_equivalents
 from rlhflab.doctor.units import Unit
 
 _FALLBACK = "\0fallback:"  # a series name no log can use
@@ -30,22 +38,27 @@ class LogFormatError(ValueError):
 class Column:
     """Where one of a trainer's names goes: a canonical metric, the unit the trainer logs
     it in (None: the canonical unit), a factor it was logged with (veRL's `lr(1e-4)`),
-    and whether it only fills the metric when no other column does."""
+    the KL estimator it uses (k1, k2, k3: batch means of different estimators are not
+    converted into one another), and whether it only fills the metric when no other
+    column does."""
 
     metric: str
     unit: Unit | None = None
     scale: float = 1.0
     fallback: bool = False
+    estimator: str | None = None
 
 
 @dataclass(frozen=True)
 class RawLog:
-    """A log's rows as its trainer wrote them, and the settings it tells."""
+    """A log's rows as its trainer wrote them, and what the reader learnt beside them."""
 
     records: list[dict[str, Any]]  # one dict per logged row: {step_key: step, their_name: value, ...}
     settings: dict[str, Any] = field(default_factory=dict)  # RunSettings fields
     step_key: str = "step"
     notes: list[str] = field(default_factory=list)
+    dialect: str | None = None  # the trainer, when the container tells it; else the names decide
+    eval_records: list[dict[str, Any]] = field(default_factory=list)  # evaluation rows, kept apart
 
 
 @dataclass(frozen=True)
@@ -57,44 +70,109 @@ class UserMapping:
 
 
 @dataclass(frozen=True)
+class Dialect:
+    """A trainer's vocabulary (module docstring). `markers` are names only this trainer
+    logs: a container that does not know its trainer gives its rows to the dialect whose
+    markers they hold most of. `interpret` reads what the names tell beyond their values
+    (GRPO logs no `kl` when beta = 0) and removes known artefacts, with a note each."""
+
+    name: str  # the trainer as diagnoses name it ("trl-ppo", "verl", ...)
+    description: str
+    columns: Mapping[str, Column] = field(default_factory=dict)
+    markers: frozenset[str] = frozenset()
+    ignored: frozenset[str] = frozenset()  # bookkeeping names with no training signal (globs: `timing/*`)
+    prefixes: tuple[str, ...] = ()  # prefixes a logger adds to the trainer's names (transformers' `train/`)
+    eval_prefixes: tuple[str, ...] = ()  # names of evaluation metrics, kept apart from training ones
+    vocabulary: Mapping[str, str] = field(default_factory=dict)  # RunSettings field -> the trainer's key
+    interpret: Callable[[MetricTable, frozenset[str]], None] | None = None
+    verify: bool = False  # `rlhflab verify` can rerun a run of this trainer
+
+
+# Logs in canonical names only (a CSV written for the doctor, rlhflab's own metrics files).
+CANONICAL = Dialect("canonical", "canonical names (docs/metrics.md), or any names with --map")
+
+
+@dataclass(frozen=True)
 class LogFormat:
+    """A container: how to recognise its files and read their rows, and the dialects its
+    rows can be in (one: the container tells the trainer; several: the names decide;
+    none: any trainer's, the names decide among all)."""
+
     name: str
-    description: str  # the trainer and files it reads, for --list-formats
+    description: str  # the files it reads, for --list-formats
     recognise: Callable[[Path], bool]  # by content, cheaply
     read: Callable[[Path, UserMapping], RawLog]
-    columns: Mapping[str, Column] = field(default_factory=dict)
-    ignored: frozenset[str] = frozenset()  # bookkeeping columns with no training signal
-    vocabulary: Mapping[str, str] = field(default_factory=dict)  # RunSettings field -> the trainer's key
-    verify: bool = False  # `rlhflab verify` can rerun a run of this format
+    dialects: tuple[Dialect, ...] = ()
 
 
-def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str) -> MetricTable:
-    """Rename, scale and convert a format's rows into a `MetricTable`: the user's mapping
-    first, then the format's columns, then canonical names as they are; every other name
-    is listed as unknown, never guessed. A column the user maps is read even when the
-    format ignores it."""
-    columns = {**fmt.columns, **mapping.columns}
+def choose_dialect(names: set[str], candidates: tuple[Dialect, ...]) -> Dialect:
+    """The candidate whose markers the names hold most of (ties: the first), else the
+    first candidate when there is one only, else canonical names."""
+    if len(candidates) == 1:
+        return candidates[0]
+    best, hits = CANONICAL, 0
+    for dialect in candidates:
+        stripped = {_strip(n, dialect.prefixes) for n in names}
+        count = len(dialect.markers & (names | stripped))
+        if count > hits:
+            best, hits = dialect, count
+    return best
+
+
+def _strip(name: str, prefixes: tuple[str, ...]) -> str:
+    for prefix in prefixes:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str,
+                dialects: Mapping[str, Dialect] | None = None) -> MetricTable:
+    """Rename, merge, scale and convert a format's rows into a `MetricTable`: the user's
+    mapping first, then the dialect's columns, then canonical names as they are; every
+    other name is listed as unknown, never guessed. A column the user maps is read even
+    when the dialect ignores it. A step logged twice (a resumed run, one line per rank)
+    keeps its last value of each metric, and the table says how many steps repeated."""
     step_key = mapping.step_key or raw.step_key
-    ignored = (fmt.ignored | {raw.step_key}) - set(mapping.columns) - {step_key}
+    names = {name for record in raw.records for name in record} - {step_key}
+    dialects = dialects or {}
+    if raw.dialect in dialects:
+        dialect = dialects[raw.dialect]
+    else:
+        dialect = choose_dialect(names, fmt.dialects or tuple(dialects.values()) or (CANONICAL,))
+    columns = {**dialect.columns, **mapping.columns}
+    ignored = _ignored_names(names | {raw.step_key}, dialect, raw.step_key) - set(mapping.columns) - {step_key}
     rename: dict[str, str] = {}
     logged: dict[str, Unit] = {}  # canonical metric -> the unit its column is logged in
     fallback_units: dict[str, Unit] = {}
+    estimators: dict[str, str] = {}
     unknown: set[str] = set()
-    names = {name for record in raw.records for name in record} - {step_key} - ignored
-    for name in names:
-        column = columns.get(name)
+    evaluation: set[str] = set()
+    for name in names - ignored:
+        key = name if name in columns else _strip(name, dialect.prefixes)
+        column = columns.get(key)
         if column is not None:
             rename[name] = _FALLBACK + column.metric if column.fallback else column.metric
             if column.unit is not None:
                 (fallback_units if column.fallback else logged)[column.metric] = column.unit
-        elif name not in KNOWN:
+            if column.estimator is not None:
+                estimators[column.metric] = column.estimator
+        elif key in KNOWN:
+            rename[name] = key
+        elif any(name.startswith(p) for p in dialect.eval_prefixes):
+            rename[name] = EVAL_PREFIX + _strip(name, dialect.eval_prefixes)
+            evaluation.add(rename[name])
+        else:
             unknown.add(name)
+    ignored = ignored | _drop_collisions(rename, raw.records, set(mapping.columns), raw.notes)
     _check_steps(raw.records, step_key, source)
-    scales = {name: columns[name].scale for name in rename if columns[name].scale != 1.0}
-    rows = [{k: _scaled(v, scales.get(k)) for k, v in record.items() if k not in ignored} for record in raw.records]
+    scales = {name: columns[k].scale for name in rename
+              if (k := name if name in columns else _strip(name, dialect.prefixes)) in columns
+              and columns[k].scale != 1.0}
+    rows, repeated = _merge_repeated_steps(raw.records, step_key, ignored, scales)
     table = MetricTable.from_records(rows, source=source, rename=rename, step_key=step_key)
-    # A fallback column fills its metric only when no other column did; its NaNs count then only.
     for metric in [m for m in table.series if m.startswith(_FALLBACK)]:
+        # A fallback column fills its metric only when no other column did; its NaNs count then only.
         series, target = table.series.pop(metric), metric.removeprefix(_FALLBACK)
         steps = table.non_finite.pop(metric, [])
         if table.get(target) is None and target not in table.non_finite:
@@ -106,15 +184,125 @@ def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str) 
     for metric in [m for m in table.non_finite if m.startswith(_FALLBACK)]:  # a fallback column all NaN
         steps = table.non_finite.pop(metric)
         table.non_finite.setdefault(metric.removeprefix(_FALLBACK), steps)
+    if raw.eval_records:
+        evaluation |= _add_evaluation(table, raw.eval_records, step_key, columns, dialect)
     table.unknown = sorted(unknown)
     table.notes = list(raw.notes)
+    if repeated:
+        table.notes.append(f"{repeated} step(s) were logged more than once (a resumed run, or one line per "
+                           "process): the last value of each metric was kept")
+    table.evaluation = sorted(evaluation)
+    table.estimators = estimators
+    table.format = fmt.name
+    table.vocabulary = dict(dialect.vocabulary)
+    table.verifiable = dialect.verify
     unknown_settings = set(raw.settings) - set(SETTING_NAMES)
     if unknown_settings:
         raise ValueError(f"format {fmt.name}: unknown RunSettings field(s) {sorted(unknown_settings)}")
-    table.settings = RunSettings(**{"trainer": fmt.name, **raw.settings,
+    table.settings = RunSettings(**{"trainer": dialect.name, **raw.settings,
                                     "has_gold": table.get("reward/gold_mean") is not None})
     convert_units(table, logged)
+    if dialect.interpret is not None:
+        dialect.interpret(table, frozenset(names))
+    derive_equivalents(table)
+    table.steps_read = _training_steps(table)
     return table
+
+
+def _drop_collisions(rename: dict[str, str], records: list[dict[str, Any]], preferred: set[str],
+                     notes: list[str]) -> set[str]:
+    """Two names of one log mapped to the same metric (two validation sets, `lr` and
+    `learning_rate`): the one with the most finite values fills it (ties: the user's
+    mapping, then the first by name), the others are not read and the notes say so, so
+    that no series mixes two sources. Returns the names dropped."""
+    by_metric: dict[str, list[str]] = {}
+    for name, metric in rename.items():
+        by_metric.setdefault(metric, []).append(name)
+    dropped: set[str] = set()
+    for metric, names in by_metric.items():
+        if len(names) < 2:
+            continue
+        counts = {n: sum(1 for r in records if _finite(r.get(n))) for n in names}
+        kept, *others = sorted(names, key=lambda n: (-counts[n], n not in preferred, n))
+        for name in others:
+            del rename[name]
+            dropped.add(name)
+        notes.append(f"{metric.removeprefix(_FALLBACK)} read from {kept}; also mapped to it and not read: "
+                     f"{', '.join(others)}")
+    return dropped
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _ignored_names(names: set[str], dialect: Dialect, step_key: str) -> set[str]:
+    """The names (as logged, with or without a logger's prefix) the dialect ignores."""
+    exact = {p for p in dialect.ignored if "*" not in p}
+    globs = [p for p in dialect.ignored if "*" in p]
+    ignored = {step_key}
+    for name in names:
+        bare = _strip(name, dialect.prefixes)
+        if name in dialect.columns or bare in dialect.columns:
+            continue
+        if bare in exact or name in exact or any(fnmatchcase(bare, g) for g in globs):
+            ignored.add(name)
+    return ignored
+
+
+def _merge_repeated_steps(records: list[dict[str, Any]], step_key: str, ignored: set[str] | frozenset[str],
+                          scales: dict[str, float]) -> tuple[list[dict[str, Any]], int]:
+    """Rows without ignored names, scaled, with a step's repeats merged into its first row
+    (the last value of each name wins). Rows without a step take their index and never
+    merge. Returns the rows and how many steps repeated."""
+    rows: list[dict[str, Any]] = []
+    by_step: dict[Any, dict[str, Any]] = {}
+    repeated: set[Any] = set()
+    for index, record in enumerate(records):
+        row = {k: _scaled(v, scales.get(k)) for k, v in record.items() if k not in ignored}
+        if step_key not in record:
+            row[step_key] = index
+            rows.append(row)
+            continue
+        step = record[step_key]
+        row[step_key] = step
+        earlier = by_step.get(step)
+        if earlier is None:
+            by_step[step] = row
+            rows.append(row)
+        else:
+            if set(row) & set(earlier) - {step_key}:
+                repeated.add(step)
+            earlier.update(row)
+    return rows, len(repeated)
+
+
+def _add_evaluation(table: MetricTable, records: list[dict[str, Any]], step_key: str,
+                    columns: Mapping[str, Column], dialect: Dialect) -> set[str]:
+    """Evaluation rows (TRL's `eval_*`) as `eval/<name>` series, never mixed with training ones."""
+    rows = []
+    for index, record in enumerate(records):
+        row = {step_key: record.get(step_key, index)}
+        for name, value in record.items():
+            if name == step_key or name in dialect.ignored:
+                continue
+            bare = _strip(name, dialect.eval_prefixes)
+            column = columns.get(bare)
+            row[EVAL_PREFIX + (column.metric if column else bare)] = value
+        rows.append(row)
+    evaluation = MetricTable.from_records(rows, step_key=step_key)
+    table.series.update(evaluation.series)
+    return set(evaluation.series)
+
+
+def _training_steps(table: MetricTable) -> int:
+    """Distinct steps at which some understood training metric was logged (evaluations,
+    gold or held-out, are not training steps; nor are names nobody understood)."""
+    steps: set[int] = set()
+    for name, series in table.series.items():
+        if name in KNOWN and name != "reward/gold_mean" or name.startswith(REWARD_FUNCTION_PREFIX):
+            steps.update(series.steps)
+    return len(steps)
 
 
 def _check_steps(records: list[dict[str, Any]], step_key: str, source: str) -> None:

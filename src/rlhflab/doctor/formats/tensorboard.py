@@ -1,11 +1,11 @@
-"""TensorBoard event files (`events.out.tfevents.*`), with canonical or TRL PPO tag names
-(a `train/` prefix, as transformers' TensorBoard callback writes, is dropped)."""
+"""TensorBoard event files (`events.out.tfevents.*`): any trainer's tags, told by their
+names (TRL's PPO before 0.11 logged only through accelerate's trackers, so its names are
+found here and in W&B exports; transformers' callback prefixes `train/` and `eval/`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rlhflab.doctor.formats import trl
 from rlhflab.doctor.formats.spec import LogFormat, LogFormatError, RawLog, UserMapping
 
 PATTERN = "events.out.tfevents.*"
@@ -35,7 +35,7 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
         accumulator = EventAccumulator(str(file), size_guidance={"scalars": 0})
         accumulator.Reload()
         for tag in accumulator.Tags().get("scalars", []):
-            name = tag.removeprefix("train/")
+            name = tag
             for event in accumulator.Scalars(tag):
                 records.setdefault(event.step, {"step": event.step})[name] = event.value
     return RawLog([records[s] for s in sorted(records)])
@@ -43,9 +43,7 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
 
 FORMAT = LogFormat(
     name="tensorboard",
-    description="TensorBoard event files (a file or a directory searched recursively), canonical or TRL PPO names",
+    description="TensorBoard event files (a file or a directory searched recursively), any trainer's tags",
     recognise=_recognise,
     read=_read,
-    columns=trl.PPO_COLUMNS,
-    # A file format, not a trainer: rlhflab writes it too, so fixes keep the settings' own names.
 )

@@ -1,17 +1,37 @@
-"""TRL's PPOTrainer (`trl.trainer.ppo_trainer`, later `trl.experimental.ppo`): the
-`log_history` of its `trainer_state.json`, in the names TRL's PPO logs."""
+"""TRL's trainers, in the names each generation logs (huggingface/trl):
+
+- PPO since 0.11 (`trl/trainer/ppo_trainer.py`, from 0.20 `trl/experimental/ppo`, last in
+  1.12): `objective/*`, `policy/*`, `loss/*`, `val/*`, in `trainer_state.json`;
+- PPO before 0.11 (the `step()` API): `ppo/*`, `objective/kl`, `env/reward_mean`, logged
+  through accelerate's trackers, so found in TensorBoard events and W&B exports;
+- GRPO and RLOO (`grpo_trainer.py`, `rloo_trainer.py`): `reward`, `reward_std`,
+  `rewards/<function>/mean`, `kl`, `entropy`, `completions/*`, `frac_reward_zero_std`,
+  `clip_ratio/*`, in `trainer_state.json`.
+
+transformers' TensorBoard and W&B callbacks write the same names under `train/`, and
+evaluation rows (`eval_*` in `log_history`) under `eval/`.
+"""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from dataclasses import replace
 
-from rlhflab.doctor.formats.spec import Column, LogFormat, LogFormatError, RawLog, UserMapping
+from rlhflab.doctor.formats.spec import Column, Dialect
+from rlhflab.doctor.metrics import REWARD_FUNCTION_PREFIX
+from rlhflab.doctor.table import MetricTable
 
-# TRL PPOTrainer log_history names -> canonical names (TRL's logging docs, PPOTrainer.train).
+# Bookkeeping of transformers' Trainer: its end-of-training summary row and counters.
+TRAINER_BOOKKEEPING = frozenset({
+    "epoch", "step", "total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second",
+    "train_loss", "num_input_tokens_seen", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second",
+})
+LOGGER_PREFIXES = ("train/",)
+EVAL_PREFIXES = ("eval_", "eval/")
+
+# --- PPO, 0.11 to 1.12 (`PPOTrainer.train`, its `metrics` dict) ---------------------------
 PPO_COLUMNS = {
-    "objective/kl": Column("kl/mean"),  # batch mean of the per-sequence k1 sum, as ours
-    # The per-sequence sum of -logprobs; used only when the per-token entropy is absent.
+    "objective/kl": Column("kl/mean", estimator="k1"),  # batch mean of the per-sequence sum of logprob - ref
+    # The batch mean of the per-sequence sum of -logprobs; read only when policy/entropy_avg is absent.
     "objective/entropy": Column("policy/entropy", unit="nats/sequence", fallback=True),
     "objective/non_score_reward": Column("reward/kl_penalty_mean"),
     "objective/rlhf_reward": Column("reward/total_mean"),
@@ -24,70 +44,159 @@ PPO_COLUMNS = {
     "val/clipfrac_avg": Column("value/clipfrac"),
     "val/ratio": Column("policy/ratio_mean"),
     "val/ratio_var": Column("policy/ratio_var"),
-    "val/num_eos_tokens": Column("response/eos_count"),  # a count per batch, not a canonical rate
+    # A count of responses that ended (EOS) in the batch; the table divides by the batch size.
+    "val/num_eos_tokens": Column("response/eos_rate", unit="count"),
     "learning_rate": Column("lr"),
     "lr": Column("lr"),
 }
-# Bookkeeping columns of TRL's log_history that carry no training signal.
-IGNORED = frozenset({"eps", "episode", "epoch", "step", "total_flos", "train_runtime", "train_samples_per_second",
-                     "train_steps_per_second", "train_loss"})
-# RunSettings field -> TRL's PPOConfig field (OnPolicyConfig and TrainingArguments included).
-VOCABULARY = {
+PPO_VOCABULARY = {
     "kl_coef": "PPOConfig.kl_coef", "kl_estimator": "PPOConfig.kl_estimator", "clip_eps": "PPOConfig.cliprange",
     "value_clip_eps": "PPOConfig.cliprange_value", "lr": "PPOConfig.learning_rate",
     "response_length": "PPOConfig.response_length", "missing_eos_penalty": "PPOConfig.missing_eos_penalty",
-    "reward_epochs": "RewardConfig.num_train_epochs",
+    "batch_size": "PPOConfig.per_device_train_batch_size", "reward_epochs": "RewardConfig.num_train_epochs",
 }
 
 
-def _load_state(path: Path) -> dict:
-    try:
-        state = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise LogFormatError(f"{path}:{err.lineno}: invalid JSON ({err.msg})") from None
-    except UnicodeDecodeError as err:
-        raise LogFormatError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
-        raise LogFormatError(f"{path}: expected a trainer_state.json with a 'log_history' list")
-    return state
+def _ppo_artefacts(table: MetricTable, names: frozenset[str]) -> None:
+    """`objective/entropy` goes negative in TRL's PPO: padding logprobs are filled with 1.0
+    before the per-sequence sum, so each padding token adds -1. Not an entropy: dropped
+    when it was the only entropy read, and said."""
+    entropy = table.series.get("policy/entropy")
+    if "objective/entropy" in names and "policy/entropy_avg" not in names and entropy is not None:
+        if min(entropy.values, default=0.0) < 0:
+            del table.series["policy/entropy"]
+            table.units.pop("policy/entropy", None)
+            table.notes.append("objective/entropy is negative, a TRL artefact (padding logprobs are filled with 1.0 "
+                               "before the sum), not an entropy: not read")
+    elif "objective/entropy" in names:
+        table.notes.append("objective/entropy not read: policy/entropy_avg is the per-token entropy (TRL's "
+                           "objective/entropy sums logprobs with padding filled by 1.0, and can go negative)")
 
 
-def state_file(path: Path) -> Path:
-    """`path` itself, or the trainer_state.json inside a run's output directory."""
-    return path / "trainer_state.json" if path.is_dir() else path
-
-
-def _recognise(path: Path) -> bool:
-    path = state_file(path)
-    if not path.is_file() or path.suffix != ".json":
-        return False
-    if path.name == "trainer_state.json":
-        return True
-    try:
-        return "log_history" in json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, TypeError):
-        return False
-
-
-def _read(path: Path, mapping: UserMapping) -> RawLog:
-    """The log_history rows as TRL wrote them; the step is TRL's `step` (else the episode,
-    else the row's index) unless the user names another step column."""
-    state = _load_state(state_file(path))
-    records = []
-    for index, entry in enumerate(state["log_history"]):
-        if mapping.step_key:
-            records.append(dict(entry))
-        else:
-            records.append({**entry, "step": entry.get("step", entry.get("episode", index))})
-    return RawLog(records)
-
-
-FORMAT = LogFormat(
-    name="trl",
-    description="TRL PPOTrainer: trainer_state.json (its log_history), or the output directory holding it",
-    recognise=_recognise,
-    read=_read,
+TRL_PPO = Dialect(
+    name="trl-ppo",
+    description="TRL PPOTrainer 0.11-1.12 (objective/*, policy/*, loss/*, val/*)",
     columns=PPO_COLUMNS,
-    ignored=IGNORED - {"step"},
-    vocabulary=VOCABULARY,
+    markers=frozenset({"objective/kl", "objective/entropy", "objective/rlhf_reward", "objective/scores",
+                       "objective/non_score_reward",
+                       "policy/approxkl_avg", "policy/clipfrac_avg", "loss/policy_avg", "loss/value_avg",
+                       "val/num_eos_tokens", "policy/entropy_avg", "val/ratio", "eps"}),
+    ignored=TRAINER_BOOKKEEPING | {"eps", "episode"},
+    prefixes=LOGGER_PREFIXES,
+    eval_prefixes=EVAL_PREFIXES,
+    vocabulary=PPO_VOCABULARY,
+    interpret=_ppo_artefacts,
 )
+
+# --- PPO before 0.11 (`PPOTrainer.step` and `record_step_stats`) ---------------------------
+PPO_LEGACY_COLUMNS = {
+    "objective/kl": Column("kl/mean", estimator="k1"),  # sum over the response of logprob - ref, batch mean
+    "objective/kl_coef": Column("kl/coef"),
+    # The sum of -logprobs of the sampled tokens (a sampled entropy, per sequence).
+    "objective/entropy": Column("policy/entropy", unit="nats/sequence", fallback=True),
+    "ppo/policy/entropy": Column("policy/entropy"),  # per-token mean of the full-distribution entropy
+    "ppo/mean_scores": Column("reward/proxy_mean"),
+    "env/reward_mean": Column("reward/proxy_mean", fallback=True),
+    "ppo/std_scores": Column("reward/proxy_std"),
+    "env/reward_std": Column("reward/proxy_std", fallback=True),
+    "ppo/mean_non_score_reward": Column("reward/kl_penalty_mean"),
+    "ppo/policy/approxkl": Column("policy/approxkl"),
+    "ppo/policy/clipfrac": Column("policy/clipfrac"),
+    "ppo/policy/advantages_mean": Column("adv/mean"),
+    "ppo/loss/policy": Column("policy/loss"),
+    "ppo/loss/value": Column("value/loss"),
+    "ppo/val/clipfrac": Column("value/clipfrac"),
+    "ppo/val/var_explained": Column("value/explained_variance"),
+    "ppo/learning_rate": Column("lr"),
+    "tokens/responses_len_mean": Column("response/length_mean"),
+}
+PPO_LEGACY_VOCABULARY = {
+    "kl_coef": "PPOConfig.init_kl_coef", "kl_target": "PPOConfig.target", "kl_horizon": "PPOConfig.horizon",
+    "clip_eps": "PPOConfig.cliprange", "value_clip_eps": "PPOConfig.cliprange_value",
+    "lr": "PPOConfig.learning_rate", "batch_size": "PPOConfig.batch_size",
+    "response_length": "generation_kwargs max_new_tokens", "kl_estimator": "PPOConfig.kl_penalty",
+}
+
+TRL_PPO_LEGACY = Dialect(
+    name="trl-ppo-0.x",
+    description="TRL PPOTrainer before 0.11 (ppo/*, objective/kl, env/reward_mean), via accelerate's trackers",
+    columns=PPO_LEGACY_COLUMNS,
+    markers=frozenset({"objective/kl", "objective/entropy", "ppo/loss/policy", "ppo/loss/value",
+                       "ppo/policy/approxkl", "ppo/mean_scores",
+                       "env/reward_mean", "objective/kl_coef", "ppo/val/var_explained", "ppo/learning_rate",
+                       "tokens/responses_len_mean", "ppo/mean_non_score_reward", "objective/kl_dist"}),
+    ignored=TRAINER_BOOKKEEPING | frozenset({"objective/kl_dist", "objective/logprobs", "objective/ref_logprobs",
+                                             "env/reward_dist", "ppo/policy/advantages", "ppo/policy/ratio",
+                                             "time/*", "tokens/queries_len_*", "tokens/responses_len_std"}),
+    prefixes=LOGGER_PREFIXES,
+    vocabulary=PPO_LEGACY_VOCABULARY,
+    interpret=_ppo_artefacts,
+)
+
+# --- GRPO and RLOO (`_generate_and_score_completions`, `compute_loss`, `log`) ------------
+GRPO_COLUMNS = {
+    "reward": Column("reward/proxy_mean"),  # the weighted sum of the reward functions
+    "reward_std": Column("reward/proxy_std"),
+    # `kl`: mean over completion tokens of exp(ref - logp) - (ref - logp) - 1, the k3 estimator.
+    "kl": Column("kl/token_mean", estimator="k3"),
+    "entropy": Column("policy/entropy"),  # per-token mean over completion tokens
+    "completions/mean_length": Column("response/length_mean"),
+    "completion_length": Column("response/length_mean", fallback=True),  # TRL < 0.17
+    "completions/clipped_ratio": Column("response/truncated_frac"),
+    "frac_reward_zero_std": Column("reward/zero_std_frac"),
+    "clip_ratio/region_mean": Column("policy/clipfrac"),
+    "clip_ratio": Column("policy/clipfrac", fallback=True),  # TRL < 0.19
+    "grad_norm": Column("policy/grad_norm"),
+    "learning_rate": Column("lr"),
+    "loss": Column("policy/loss"),
+}
+GRPO_VOCABULARY = {
+    "kl_coef": "GRPOConfig.beta", "clip_eps": "GRPOConfig.epsilon", "lr": "GRPOConfig.learning_rate",
+    "response_length": "GRPOConfig.max_completion_length", "group_size": "GRPOConfig.num_generations",
+    "batch_size": "GRPOConfig.per_device_train_batch_size",
+}
+REWARD_FUNCTION = ("rewards/", "/mean")
+
+
+def _grpo_interpret(table: MetricTable, names: frozenset[str]) -> None:
+    """What a GRPO/RLOO log tells beyond its values: it logs `kl` only when beta != 0, so a
+    log without it had no KL penalty; `clip_ratio/*` is exactly 0 when each batch is
+    trained on once (the ratio is 1, nothing to clip), which is not a clue of anything;
+    each reward function's mean (`rewards/<function>/mean`) is kept beside the total."""
+    if not any(name.removeprefix("train/") == "kl" for name in names) and table.settings.kl_coef is None:
+        table.settings = replace(table.settings, kl_coef=0.0)
+        table.notes.append("no kl logged: TRL's GRPO/RLOO log kl only when beta != 0, so this run had no KL "
+                           "penalty (beta = 0)")
+    clipfrac = table.series.get("policy/clipfrac")
+    if clipfrac is not None and all(v == 0.0 for v in clipfrac.values):
+        del table.series["policy/clipfrac"]
+        table.notes.append("clip_ratio is exactly 0 at every step: each batch is trained on once (on-policy), so "
+                           "the ratio is 1 and nothing is clipped; not read as a clip fraction")
+    start, end = REWARD_FUNCTION
+    for name in sorted(names):
+        bare = name.removeprefix("train/")
+        if bare.startswith(start) and bare.endswith(end) and name in table.series:
+            function = bare[len(start):-len(end)]
+            table.series[REWARD_FUNCTION_PREFIX + function] = table.series.pop(name)
+            if name in table.unknown:
+                table.unknown.remove(name)
+
+
+TRL_GRPO = Dialect(
+    name="trl-grpo",
+    description="TRL GRPOTrainer and RLOOTrainer (reward, reward_std, kl, entropy, completions/*, clip_ratio/*)",
+    columns=GRPO_COLUMNS,
+    markers=frozenset({"reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio",
+                       "clip_ratio/region_mean", "completions/mean_terminated_length", "num_tokens",
+                       "completion_length"}),
+    ignored=TRAINER_BOOKKEEPING | frozenset({
+        "num_tokens", "completions/min_length", "completions/max_length", "completions/mean_terminated_length",
+        "completions/min_terminated_length", "completions/max_terminated_length", "rewards/*/std",
+        "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max"}),
+    prefixes=LOGGER_PREFIXES,
+    eval_prefixes=EVAL_PREFIXES,
+    vocabulary=GRPO_VOCABULARY,
+    interpret=_grpo_interpret,
+)
+
+DIALECTS = (TRL_PPO, TRL_PPO_LEGACY, TRL_GRPO)

@@ -1,0 +1,278 @@
+"""veRL (volcengine/verl): its metric names in both generations, its console lines and
+its JSONL file logger.
+
+- Console (`verl/utils/logger/aggregate_logger.py`, `concat_dict_to_str`): one line per
+  step, `step:N - key:value - key:value ...`, values as `{v:.3f}` (early) or their repr
+  (later); under Ray each line starts with the actor's tag, `(main_task pid=...)` or
+  `(TaskRunner pid=...)`, wrapped in ANSI colour codes.
+- File logger (`verl/utils/tracking.py`, `FileLogger`): one JSON object per log call,
+  `{"step": N, "data": {key: value, ...}}`; a step can span several lines.
+
+Names (`verl/trainer/ppo/metric_utils.py`, `ray_trainer.py`, `workers/actor/dp_actor.py`):
+KL to the reference in the reward is `critic/kl` (early) or `actor/reward_kl_penalty`,
+a per-token mean within each response, then over responses, of `algorithm.kl_penalty`
+(default `kl`, k1); as a loss it is `actor/kl_loss`, a token mean of
+`actor.kl_loss_type` (default `low_var_kl`, k3). `actor/ppo_kl` is the k1 KL between the
+old and the current policy (approx-KL), never KL to the reference. Entropy is
+`actor/entropy_loss` (early) or `actor/entropy`, per token. `actor/lr(1e-4)` is the
+learning rate in units of 1e-4.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rlhflab.doctor.formats.spec import Column, Dialect, LogFormat, LogFormatError, RawLog, UserMapping
+from rlhflab.doctor.table import MetricTable
+
+COLUMNS = {
+    "critic/kl": Column("kl/token_mean", estimator="k1"),
+    "actor/reward_kl_penalty": Column("kl/token_mean", estimator="k1"),
+    "actor/kl_loss": Column("kl/token_mean", estimator="k3", fallback=True),
+    "critic/kl_coeff": Column("kl/coef"),
+    "actor/reward_kl_penalty_coeff": Column("kl/coef"),
+    "actor/kl_coef": Column("kl/coef", fallback=True),
+    "actor/entropy_loss": Column("policy/entropy"),
+    "actor/entropy": Column("policy/entropy"),
+    "actor/pg_loss": Column("policy/loss"),
+    "actor/pg_clipfrac": Column("policy/clipfrac"),
+    "actor/ppo_kl": Column("policy/approxkl", estimator="k1"),
+    "actor/grad_norm": Column("policy/grad_norm"),
+    "actor/lr": Column("lr"),
+    "actor/lr(1e-4)": Column("lr", scale=1e-4),
+    "critic/score/mean": Column("reward/proxy_mean"),  # the reward function's score per response
+    "critic/rewards/mean": Column("reward/total_mean"),  # the score minus the in-reward KL penalty
+    "critic/advantages/mean": Column("adv/mean"),
+    "critic/vf_loss": Column("value/loss"),
+    "critic/vf_clipfrac": Column("value/clipfrac"),
+    "critic/vf_explained_var": Column("value/explained_variance"),
+    "response_length/mean": Column("response/length_mean"),
+    "response_length/clip_ratio": Column("response/truncated_frac"),
+}
+# Validation scores on the held-out test sets: the run's truth where it has one.
+VALIDATION = re.compile(r"^(val/test_score/.+|val-core/.+/(acc|reward)/mean@\d+)$")
+IGNORED = frozenset({
+    "timing/*", "timing_s/*", "timing_per_token_ms/*", "perf/*", "mfu/*", "global_seqlen/*", "prompt_length/*",
+    "training/*", "*/max", "*/min", "critic/lr(1e-4)", "critic/lr", "critic/grad_norm", "critic/vpred_mean",
+    "critic/values/mean", "critic/returns/mean", "actor/pg_clipfrac_lower", "actor/loss", "val-aux/*",
+    "response_length/clip_ratio_non_aborted", "response/aborted_ratio", "critic/score/std",
+})
+VOCABULARY = {
+    "kl_coef": "algorithm.kl_ctrl.kl_coef", "kl_estimator": "algorithm.kl_penalty",
+    "kl_target": "algorithm.kl_ctrl.target_kl", "kl_horizon": "algorithm.kl_ctrl.horizon",
+    "clip_eps": "actor_rollout_ref.actor.clip_ratio", "lr": "actor_rollout_ref.actor.optim.lr",
+    "entropy_coef": "actor_rollout_ref.actor.entropy_coeff", "response_length": "data.max_response_length",
+    "batch_size": "data.train_batch_size", "group_size": "actor_rollout_ref.rollout.n",
+    "value_clip_eps": "critic.cliprange_value",
+}
+KL_LOSS_VOCABULARY = {"kl_coef": "actor_rollout_ref.actor.kl_loss_coef",
+                      "kl_estimator": "actor_rollout_ref.actor.kl_loss_type"}
+
+
+def _interpret(table: MetricTable, names: frozenset[str]) -> None:
+    """A run whose KL is a loss term (`actor/kl_loss`, GRPO's usual setting) is fixed with
+    `actor.kl_loss_coef`, not the in-reward controller's coefficient; the first logged
+    coefficient is the run's beta. The first validation score column is the truth."""
+    if "actor/kl_loss" in names and not {"critic/kl", "actor/reward_kl_penalty"} & names:
+        table.vocabulary.update(KL_LOSS_VOCABULARY)
+        table.notes.append("KL to the reference is a loss term here (actor/kl_loss; k3 assumed, veRL's default "
+                           "kl_loss_type low_var_kl)")
+    elif {"critic/kl", "actor/reward_kl_penalty"} & names:
+        table.notes.append("KL to the reference is in the reward (k1 assumed, veRL's default algorithm.kl_penalty)")
+    coef = table.get("kl/coef")
+    if coef is not None and table.settings.kl_coef is None:
+        table.settings = replace(table.settings, kl_coef=coef.values[0])
+    validation = sorted(n for n in names if VALIDATION.match(n) and n in table.series)
+    if validation and table.get("reward/gold_mean") is None:
+        table.series["reward/gold_mean"] = table.series.pop(validation[0])
+        table.settings = replace(table.settings, has_gold=True)
+        table.unknown = [n for n in table.unknown if n != validation[0]]
+        others = f"; not read: {', '.join(validation[1:])}" if validation[1:] else ""
+        table.notes.append(f"reward/gold_mean is the validation score {validation[0]}{others}")
+
+
+DIALECT = Dialect(
+    name="verl",
+    description="veRL PPO/GRPO (critic/*, actor/*, response_length/*, val/test_score/*)",
+    columns=COLUMNS,
+    markers=frozenset({"critic/kl", "critic/kl_coeff", "actor/entropy_loss", "actor/pg_loss", "actor/pg_clipfrac",
+                       "actor/ppo_kl", "critic/score/mean", "critic/rewards/mean", "response_length/mean",
+                       "actor/reward_kl_penalty", "actor/kl_loss", "response_length/clip_ratio", "actor/lr(1e-4)"}),
+    ignored=IGNORED,
+    vocabulary=VOCABULARY,
+    interpret=_interpret,
+)
+
+# --- console lines ------------------------------------------------------------------------
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_STEP_LINE = re.compile(r"(?:^|\s|\))step:(\d+) - ")
+_NUMPY_SCALAR = re.compile(r"^np\.(?:float|int)\d*\((.*)\)$")
+_CONFIG_START = re.compile(r"^\{'(actor_rollout_ref|algorithm|data|critic|trainer)'")
+_RAY_TAG = re.compile(r"^\([^)]*pid=\d+[^)]*\)\s?")
+
+
+def _value(text: str) -> float | None:
+    text = text.strip()
+    match = _NUMPY_SCALAR.match(text)
+    if match:
+        text = match.group(1)
+    if text in ("True", "False"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_step_line(line: str) -> dict[str, Any] | None:
+    """`step:N - key:value - ...` as {"step": N, key: value}; non-numeric values are skipped."""
+    match = _STEP_LINE.search(line)
+    if match is None:
+        return None
+    record: dict[str, Any] = {"step": int(match.group(1))}
+    for item in line[match.end():].split(" - "):
+        key, sep, value = item.rpartition(":")
+        number = _value(value) if sep else None
+        if key and number is not None:
+            record[key.strip()] = number
+    return record
+
+
+def settings_from_config(config: dict) -> dict[str, Any]:
+    """RunSettings fields from the config veRL prints at start (a nested dict)."""
+
+    def get(*keys):
+        node: Any = config
+        for key in keys:
+            if not isinstance(node, dict) or key not in node:
+                return None
+            node = node[key]
+        return node
+
+    if get("actor_rollout_ref", "actor", "use_kl_loss"):
+        kl_coef = get("actor_rollout_ref", "actor", "kl_loss_coef")
+    else:
+        kl_coef = get("algorithm", "kl_ctrl", "kl_coef")
+    settings = {
+        "kl_coef": kl_coef,
+        "clip_eps": get("actor_rollout_ref", "actor", "clip_ratio"),
+        "entropy_coef": get("actor_rollout_ref", "actor", "entropy_coeff"),
+        "lr": get("actor_rollout_ref", "actor", "optim", "lr"),
+        "response_length": get("data", "max_response_length"),
+        "batch_size": get("data", "train_batch_size"),
+        "group_size": get("actor_rollout_ref", "rollout", "n"),
+    }
+    kinds = {"kl_coef": float, "clip_eps": float, "entropy_coef": float, "lr": float, "response_length": int,
+             "batch_size": int, "group_size": int}
+    return {k: kinds[k](v) for k, v in settings.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _read_console(path: Path, mapping: UserMapping) -> RawLog:
+    """Every `step:N - ...` line (anywhere in a console capture) and the config the driver
+    prints at start (its continuation lines are those with the same Ray tag)."""
+    records: list[dict[str, Any]] = []
+    settings: dict[str, Any] = {}
+    config_lines: list[str] | None = None
+    config_tag = ""
+    with open_text(path) as handle:
+        for raw in handle:
+            bare = ANSI.sub("", raw.rstrip("\n").replace("\0", ""))
+            tag_match = _RAY_TAG.match(bare)
+            tag = tag_match.group(0) if tag_match else ""
+            line = bare[len(tag):]
+            if config_lines is not None and tag == config_tag:
+                config_lines.append(line)
+                text = "\n".join(config_lines)
+                if text.count("{") <= text.count("}"):
+                    settings = _parse_config(text)
+                    config_lines = None
+                elif len(config_lines) > 2000:
+                    config_lines = None
+                continue
+            if not settings and config_lines is None and _CONFIG_START.match(line):
+                config_lines, config_tag = [line], tag
+                continue
+            record = parse_step_line(line)
+            if record is not None:
+                records.append(record)
+    notes = [] if settings else ["no printed config found: the run's settings (beta, clip, lr) are unknown"]
+    return RawLog(records, settings=settings, notes=notes, dialect=DIALECT.name)
+
+
+def _parse_config(text: str) -> dict[str, Any]:
+    try:
+        config = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return {}
+    return settings_from_config(config) if isinstance(config, dict) else {}
+
+
+def open_text(path: Path):
+    """A text log, any bytes decoded (a console capture is not always clean UTF-8)."""
+    return Path(path).open(encoding="utf-8", errors="replace", newline=None)
+
+
+def _recognise_console(path: Path) -> bool:
+    if not path.is_file() or path.suffix in (".json", ".jsonl", ".csv"):
+        return False
+    with path.open("rb") as handle:
+        head = handle.read(1 << 20).replace(b"\0", b"").decode("utf-8", errors="replace")
+    return any(_STEP_LINE.search(ANSI.sub("", line)) and ":" in line.split("step:", 1)[-1]
+               for line in head.splitlines() if "step:" in line and " - " in line)
+
+
+CONSOLE = LogFormat(
+    name="verl-console",
+    description="veRL's console output: `step:N - key:value - ...` lines (ANSI codes and Ray tags allowed)",
+    recognise=_recognise_console,
+    read=_read_console,
+    dialects=(DIALECT,),
+)
+
+
+# --- JSONL file logger ----------------------------------------------------------------------
+def _recognise_jsonl(path: Path) -> bool:
+    if not path.is_file() or path.suffix not in (".jsonl", ".json", ".log", ""):
+        return False
+    with path.open("rb") as handle:
+        first = handle.readline(1 << 20).decode("utf-8", errors="replace")
+    try:
+        row = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(row, dict) and isinstance(row.get("data"), dict) and "step" in row
+
+
+def _read_jsonl(path: Path, mapping: UserMapping) -> RawLog:
+    records = []
+    with open_text(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise LogFormatError(f"{path}:{number}: invalid JSON ({err.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("data"), dict):
+                raise LogFormatError(f"{path}:{number}: expected {{\"step\": N, \"data\": {{...}}}} (veRL's file "
+                                     "logger)")
+            step = row.get("step")
+            if isinstance(step, bool) or not isinstance(step, int):
+                raise LogFormatError(f"{path}:{number}: step {step!r} is not a whole number")
+            records.append({**row["data"], "step": step})
+    return RawLog(records, dialect=DIALECT.name)
+
+
+JSONL = LogFormat(
+    name="verl-jsonl",
+    description="veRL's file logger (trainer.logger=['file']): {\"step\": N, \"data\": {...}} per line",
+    recognise=_recognise_jsonl,
+    read=_read_jsonl,
+    dialects=(DIALECT,),
+)
