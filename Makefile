@@ -50,6 +50,7 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/token_draw.py
 	$(PY) bench/decode_breakdown.py
 	$(PY) bench/doctor_speed.py
+	$(PY) bench/real_logs.py
 	$(PY) bench/checkup_bf16.py
 
 clean:

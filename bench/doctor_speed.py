@@ -1,8 +1,11 @@
 """How fast the doctor answers: wall time of `rlhflab doctor trainer_state.json` on an
 80-step TRL PPO log (a fresh process each time, imports included: what a user waits
-for), and the cost of the diversity metric self-BLEU on one PPO batch.
+for); reading and diagnosing long logs (a 100,000-row TRL GRPO trainer_state.json, a
+TensorBoard directory of a million scalars); and the cost of the diversity metric
+self-BLEU on one PPO batch.
 
-    python bench/doctor_speed.py [--rounds 5] [--before-src OLD_CHECKOUT/src]
+    python bench/doctor_speed.py [--rounds 5] [--before-src OLD_CHECKOUT/src] [--rows 100000]
+        [--scalars 1000000]
 
 `--before-src` times another checkout's source the same way (PYTHONPATH), for a
 before/after comparison. Results go to docs/benchmarks.md ("Doctor speed").
@@ -56,6 +59,50 @@ def time_doctor(log: Path, rounds: int, src: Path | None) -> list[float]:
     return times
 
 
+GRPO_NAMES = ("loss", "grad_norm", "learning_rate", "num_tokens", "completions/mean_length",
+              "completions/clipped_ratio", "rewards/accuracy/mean", "rewards/accuracy/std", "reward", "reward_std",
+              "frac_reward_zero_std", "kl", "entropy", "clip_ratio/region_mean", "epoch")
+
+
+def grpo_log(path: Path, rows: int) -> Path:
+    """A trainer_state.json of `rows` TRL GRPO logging steps (15 metrics each), noisy and healthy."""
+    rng = random.Random(0)
+    history = [{**{name: rng.random() for name in GRPO_NAMES}, "step": i + 1} for i in range(rows)]
+    path.write_text(json.dumps({"log_history": history, "global_step": rows}))
+    return path
+
+
+def tensorboard_log(directory: Path, scalars: int, tags: int = 20) -> Path:
+    """A TensorBoard directory of `scalars` scalar events over `tags` canonical tags."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    names = ["kl/mean", "reward/proxy_mean", "policy/entropy", "policy/clipfrac", "policy/approxkl",
+             "response/length_mean", "policy/grad_norm", "lr"] + [f"extra/{i}" for i in range(tags - 8)]
+    rng = random.Random(0)
+    writer = EventFileWriter(str(directory))
+    for step in range(scalars // tags):
+        for name in names:
+            value = Summary(value=[Summary.Value(tag=name, simple_value=rng.random())])
+            writer.add_event(Event(wall_time=1.0 + step, step=step, summary=value))
+    writer.close()
+    return directory
+
+
+def time_read_and_diagnose(path: Path, rounds: int) -> list[float]:
+    """Seconds to read and diagnose `path` in-process (imports done once before)."""
+    from rlhflab.doctor.diagnose import diagnose
+    from rlhflab.doctor.formats import read_log
+
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        diagnose(read_log(path))
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def time_self_bleu(rounds: int) -> list[float]:
     """Seconds of self-BLEU over a batch of 64 responses of 30 words from 300."""
     from rlhflab.metrics.diversity import self_bleu
@@ -80,12 +127,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--before-src", type=Path, default=None, help="src/ of the checkout to compare with")
+    parser.add_argument("--rows", type=int, default=100_000, help="rows of the long trainer_state.json")
+    parser.add_argument("--scalars", type=int, default=1_000_000, help="scalars in the TensorBoard directory")
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         log = trl_ppo_log(Path(tmp) / "trainer_state.json")
         after = time_doctor(log, args.rounds, ROOT / "src")
         before = time_doctor(log, args.rounds, args.before_src) if args.before_src else None
+        long_log = time_read_and_diagnose(grpo_log(Path(tmp) / "trainer_state_long.json", args.rows), 3)
+        events = time_read_and_diagnose(tensorboard_log(Path(tmp) / "tb", args.scalars), 3)
     bleu = time_self_bleu(max(args.rounds, 7))
     command = "python bench/doctor_speed.py --rounds " + str(args.rounds) + (
         " --before-src OLD_CHECKOUT/src" if before else "")
@@ -97,6 +148,9 @@ def main() -> None:
         f"Command: `{command}` (2-core CPU). Wall time of `rlhflab doctor trainer_state.json` on an 80-step TRL",
         "PPO log, a fresh process each round (interpreter start and imports included); target: under 0.5 s.",
         "", "| code | seconds, median |", "|---|---|", *rows, "",
+        "Long logs, read and diagnosed in-process (imports excluded): a TRL GRPO trainer_state.json of "
+        f"{args.rows:,} logging steps x 15 metrics in {describe(long_log)} s (target: under 2 s); a TensorBoard "
+        f"directory of {args.scalars:,} scalars (20 tags) in {describe(events)} s (target: under 10 s).", "",
         f"Self-BLEU of one PPO batch (64 responses of 30 words): {describe(bleu, 1000, '.1f')} ms.", "",
         END,
     ])

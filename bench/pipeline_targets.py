@@ -215,7 +215,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "pipeline_targets.json")
     parser.add_argument("--render-only", action="store_true",
-                        help="write the section again from --results and the runs under --out, training nothing")
+                        help="write the section and its plot again from --results and the runs under --out, "
+                             "training nothing")
     args = parser.parse_args()
     command = f"python bench/pipeline_targets.py --preset {args.preset} --seeds {' '.join(map(str, args.seeds))}"
     if args.render_only:
@@ -224,6 +225,7 @@ def main() -> None:
         curves = {int(k): v for k, v in saved["kl0"].items()}
         kl0_findings = {int(k): v for k, v in saved["kl0_findings"].items()}
         adaptive = saved["adaptive"]
+        plot_hacking(curves, ROOT / "docs" / "img" / "kl0_reward_hacking.png")
         replace_section(ROOT / "docs" / "benchmarks.md", START, END, render(rows, curves, kl0_findings, adaptive, command))
         return
 

@@ -431,3 +431,24 @@ def test_a_checkup_that_clears_a_component_moves_it_last_and_a_failed_probe_beco
     assert [(f.rule, f.causes[0].component) for f in findings] == [("checkup_probe_failed", "advantages_values")]
     assert "gae_matches_naive_loop" in findings[0].title
     assert findings[0].evidence[0].observed == {"measured": 0.7}
+
+
+def test_rolling_median_equals_the_median_of_each_window():
+    import statistics
+
+    from rlhflab.doctor.signals import rolling_median
+
+    rng = random.Random(3)
+    values = [rng.choice([rng.random(), 1.0, 0.5]) for _ in range(200)]  # ties included
+    for width in (1, 2, 3, 8, 13, 200, 201):
+        naive = [statistics.median(values[i - width + 1:i + 1]) for i in range(width - 1, len(values))]
+        assert rolling_median(values, width) == naive
+
+
+def test_running_medians_equal_the_median_of_each_prefix():
+    from rlhflab.doctor.signals import running_medians
+
+    rng = random.Random(4)
+    values = [rng.choice([rng.random(), 2.0, 0.0]) for _ in range(150)]
+    assert running_medians(values) == [sorted(values[:i])[i // 2] for i in range(1, len(values))]
+    assert running_medians([]) == [] and running_medians([1.0]) == []

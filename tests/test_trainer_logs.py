@@ -148,7 +148,8 @@ def test_grpo_trainer_state_names_summary_row_eval_rows_and_reward_functions(tmp
     path.write_text(json.dumps({"log_history": grpo_rows(), "global_step": 300}))
     table = read_log(path)
     assert table.settings.trainer == "trl-grpo" and table.steps_read == 30  # the summary row is not a step
-    assert table.get("kl/token_mean").values[0] == pytest.approx(0.001) and table.estimators["kl/token_mean"] == "k3"
+    assert table.get("kl/token_mean").values[0] == pytest.approx(0.001)
+    assert table.estimators["kl/token_mean"] == "k3 (GRPO) or k1 (RLOO)"  # the two log the same names
     assert table.get("eval/reward/proxy_mean").steps == (50,) and table.get("reward/proxy_mean").steps[0] == 10
     assert table.get("reward/function/format").values[-1] == 0.0
     assert table.get("reward/function/accuracy") is not None
@@ -242,3 +243,34 @@ def test_real_logs_are_read_to_their_last_step(name, trainer, steps, verdict):
     assert (table.settings.trainer, diagnosis.steps) == (trainer, steps)
     if verdict is not None:
         assert diagnosis.verdict == verdict, [f.rule for f in diagnosis.findings]
+
+
+# --- written by TRL's real trainers (bench/trl_fixtures.py) ---------------------------------------------
+@pytest.mark.parametrize("trainer", ["trl_grpo", "trl_rloo"])
+def test_grpo_and_rloo_logs_of_the_real_trainers_read_alike_from_every_file_they_write(trainer):
+    """trainer_state.json, the TensorBoard events and the captured console of one run: the
+    same steps and the same values, whichever a user has."""
+    state, events, console = (read_log(FIXTURES / trainer / part) for part in ("", "runs", "console.txt"))
+    for table in (state, events, console):
+        assert table.settings.trainer == "trl-grpo" and table.steps_read == 12
+        assert not table.unknown
+        assert table.get("reward/function/gold") is not None and table.get("reward/function/length_bonus") is not None
+        assert table.settings.kl_coef is None  # kl is logged: beta != 0
+    assert state.get("kl/token_mean").values == pytest.approx(events.get("kl/token_mean").values, rel=1e-6)
+    assert state.get("kl/token_mean").steps == events.get("kl/token_mean").steps == tuple(range(1, 13))
+    # The printed dicts round to 4 significant digits; fast steps leave the bar behind, so steps are positions.
+    assert console.get("reward/proxy_mean").values == pytest.approx(state.get("reward/proxy_mean").values, rel=1e-3,
+                                                                     abs=1e-4)
+    assert any("positions among the dicts" in n for n in console.notes)
+    assert diagnose(state).verdict == "no_finding"
+
+
+@pytest.mark.skipif(not (FIXTURES / "trl_ppo").is_dir(), reason="run bench/trl_fixtures.py ppo in .venv-trl")
+def test_ppo_log_of_the_real_trl_1_12_trainer():
+    state, events = read_log(FIXTURES / "trl_ppo"), read_log(FIXTURES / "trl_ppo" / "runs")
+    for table in (state, events):
+        assert table.settings.trainer == "trl-ppo" and table.steps_read == 12
+        assert table.get("kl/mean") is not None and table.get("policy/approxkl") is not None
+    assert state.get("kl/mean").values == pytest.approx(events.get("kl/mean").values, rel=1e-6)
+    assert state.settings.batch_size == 8  # episodes per step
+    assert 0 <= min(state.get("response/eos_rate").values) <= max(state.get("response/eos_rate").values) <= 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import statistics
 from typing import Callable, Sequence
 
@@ -26,7 +28,36 @@ def rolling_median(values: Sequence[float], width: int) -> list[float]:
     """Trailing median over complete windows of `width` points (causal; the first
     width - 1 points have no value and are left out): robust to one outlier in a window,
     where a mean is not."""
-    return [statistics.median(values[i - width + 1 : i + 1]) for i in range(width - 1, len(values))]
+    if len(values) < width:
+        return []
+    window_sorted = sorted(values[:width])  # kept sorted as the window slides: O(n w) moves, in C
+    middle = width // 2
+    out = []
+    for i in range(width - 1, len(values)):
+        if i >= width:
+            del window_sorted[bisect.bisect_left(window_sorted, values[i - width])]
+            bisect.insort(window_sorted, values[i])
+        out.append(window_sorted[middle] if width % 2 else (window_sorted[middle - 1] + window_sorted[middle]) / 2)
+    return out
+
+
+def running_medians(values: Sequence[float]) -> list[float]:
+    """Entry i is the median of values[:i] (the upper one of an even count: sorted(values[:i])[i // 2]),
+    for i from 1: two heaps, O(n log n), where sorting each prefix is O(n^2 log n)."""
+    lower: list[float] = []  # the i // 2 smallest, negated (a max-heap)
+    upper: list[float] = []  # the rest; its minimum is the median
+    out = []
+    for i, v in enumerate(values[:-1] if values else [], start=1):
+        if lower and v < -lower[0]:
+            heapq.heappush(lower, -v)
+        else:
+            heapq.heappush(upper, v)
+        while len(lower) > i // 2:
+            heapq.heappush(upper, -heapq.heappop(lower))
+        while len(lower) < i // 2:
+            heapq.heappush(lower, -heapq.heappop(upper))
+        out.append(upper[0])
+    return out
 
 
 def baseline(values: Sequence[float], width: int) -> float:

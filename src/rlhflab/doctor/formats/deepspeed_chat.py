@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhflab.doctor.formats.spec import Column, Dialect, LogFormat, RawLog, UserMapping
-from rlhflab.doctor.formats.verl import ANSI, open_text
+from rlhflab.doctor.formats.text import open_text, plain
 
 _STEP = re.compile(r"epoch:\s*(\d+)\s*\|\s*step:\s*(\d+)\s*\|\s*(?:ppo_ep|ppo epoch):\s*(\d+)\s*\|(.*)$", re.IGNORECASE)
 _REWARD = re.compile(r"average reward score:\s*(\S+)", re.IGNORECASE)
@@ -61,7 +61,7 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
     epochs: set[int] = set()
     with open_text(path) as handle:
         for raw in handle:
-            line = ANSI.sub("", raw.replace("\0", "")).strip()
+            line = plain(raw).strip()
             match = _STEP.search(line)
             if match:
                 epochs.add(int(match.group(1)))
@@ -82,7 +82,8 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
     notes = ["steps are numbered in the order the batches were printed (the log's own step restarts each epoch)"] \
         if len(epochs) > 1 else []
     return RawLog(records, settings={"kl_coef": 0.1}, notes=notes + [
-        "KL coefficient 0.1: fixed in DeepSpeed-Chat's ppo_trainer.py, not logged"], dialect=DIALECT.name)
+        "KL coefficient assumed 0.1: upstream DeepSpeed-Chat hard-codes kl_ctl = 0.1 in ppo_trainer.py (forks may "
+        "differ); no KL is logged"], dialect=DIALECT.name)
 
 
 def _recognise(path: Path) -> bool:

@@ -1,6 +1,7 @@
 """The captured console of a transformers/TRL trainer: progress bars redrawn with
 carriage returns, and the `{'loss': ..., ...}` dict the Trainer prints at each logging
-step (`transformers.trainer_callback.PrinterCallback` / `ProgressCallback.on_log`).
+step (`transformers.trainer_callback.PrinterCallback` / `ProgressCallback.on_log`; since
+transformers 5 its values are printed as formatted strings, `{'loss': '0.0123', ...}`).
 
 The dicts carry no step. Where the training progress bar (`  7%|▋  | 20/290 [...]`)
 was drawn before a dict, its count is the dict's step; otherwise the dict's position
@@ -17,13 +18,17 @@ from typing import Any
 
 from rlhflab.doctor.formats import trl
 from rlhflab.doctor.formats.spec import LogFormat, RawLog, UserMapping
-from rlhflab.doctor.formats.trainer_state import _is_evaluation
-from rlhflab.doctor.formats.verl import ANSI, open_text
+from rlhflab.doctor.formats.text import open_text, plain
+from rlhflab.doctor.formats.trainer_state import is_evaluation_row
 
 _DICT = re.compile(r"\{'[^'\n]+': [^\n]*\}")
 _BAR = re.compile(r"(\d+)/(\d+) \[")
 _NON_FINITE = re.compile(r"(?<![\w'])(nan|inf|-inf)(?![\w'])")
-_HEAD = re.compile(r"\{'[A-Za-z_][\w/.\-]*': -?(\d|nan|inf)")
+_BAR_STEP = "\0bar step"  # a key no log can use
+# The end-of-training summary dict: not a step, so not held to the bar's order.
+_SUMMARY = {"train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos",
+            "epoch", _BAR_STEP}
+_HEAD = re.compile(r"\{'[A-Za-z_][\w/.\-]*': '?-?(\d|nan|inf)")
 
 
 def _parse_dict(text: str) -> dict[str, Any] | None:
@@ -35,39 +40,66 @@ def _parse_dict(text: str) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
         return None
-    return {k: (float("nan") if v is None else v) for k, v in value.items()
-            if v is None or isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {k: number for k, v in value.items() if (number := _number(v)) is not None}
+
+
+def _number(value: object) -> float | None:
+    """A logged value: a number, or (transformers 5 prints them so) a number as text."""
+    if value is None:
+        return float("nan")
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def training_bar_total(segments: list[str]) -> int | None:
+    """The total of the training progress bar: of all bars drawn (loading weights,
+    evaluation, training), the one redrawn at the most distinct counts."""
+    counts: dict[int, set[int]] = {}
+    for segment in segments:
+        for match in _BAR.finditer(segment):
+            counts.setdefault(int(match.group(2)), set()).add(int(match.group(1)))
+    if not counts:
+        return None
+    return max(counts, key=lambda total: (len(counts[total]), total))
 
 
 def _read(path: Path, mapping: UserMapping) -> RawLog:
     records: list[dict[str, Any]] = []
     evaluation: list[dict[str, Any]] = []
-    bar_step: int | None = None
-    bar_total = 0
-    from_bar = from_index = 0
     with open_text(path) as handle:
-        text = ANSI.sub("", handle.read().replace("\0", ""))
-    for segment in re.split(r"[\r\n]", text):
+        segments = re.split(r"[\r\n]", plain(handle.read()))
+    total = training_bar_total(segments)
+    bar_step: int | None = None
+    for segment in segments:
         for match in _BAR.finditer(segment):
-            count, total = int(match.group(1)), int(match.group(2))
-            if total >= bar_total:  # the training bar is the longest; evaluation bars are shorter
-                bar_total, bar_step = total, count
+            if int(match.group(2)) == total:
+                bar_step = int(match.group(1))
         for found in _DICT.finditer(segment):
             row = _parse_dict(found.group(0))
-            if not row:
-                continue
-            if bar_step is not None:
-                row["step"], from_bar = bar_step, from_bar + 1
-            else:
-                row["step"], from_index = len(records) + len(evaluation), from_index + 1
-            (evaluation if _is_evaluation(row) else records).append(row)
-    notes = []
-    if from_bar:
-        notes.append(f"{from_bar} printed dict(s) took their step from the training progress bar drawn before them")
-    if from_index:
-        notes.append(f"{from_index} printed dict(s) had no progress bar before them: their step is their position "
-                     "among the printed dicts")
-    return RawLog(records, notes=notes, eval_records=evaluation)
+            if row:
+                (evaluation if is_evaluation_row(row) else records).append({**row, _BAR_STEP: bar_step})
+    bar_steps = [r[_BAR_STEP] for r in records if not set(r) <= _SUMMARY]
+    if bar_steps and None not in bar_steps and all(a < b for a, b in zip(bar_steps, bar_steps[1:])):
+        note = (f"each printed dict took its step from the training progress bar (of {total} steps) drawn "
+                "before it")
+        for row in records + evaluation:
+            row["step"] = row.pop(_BAR_STEP) if row[_BAR_STEP] is not None else 0
+    else:
+        why = ("no training progress bar was drawn before them" if not bar_steps or None in bar_steps else
+               "the progress bar was not redrawn between some of them (tqdm redraws at most every 0.1 s)")
+        note = f"the printed dicts' steps are their positions among the dicts: {why}"
+        for index, row in enumerate(records + evaluation):
+            del row[_BAR_STEP]
+            row["step"] = index
+    return RawLog(records, notes=[note], eval_records=evaluation)
 
 
 def _recognise(path: Path) -> bool:

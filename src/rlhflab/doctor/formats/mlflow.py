@@ -43,6 +43,7 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
                              + ", ".join(str(r) for r in runs[:10]))
     metrics = runs[0] / "metrics"
     by_step: dict[int, dict[str, Any]] = {}
+    repeated: set[int] = set()
     for file in sorted(p for p in metrics.rglob("*") if p.is_file()):
         name = file.relative_to(metrics).as_posix().replace("_at_", "@")
         with file.open(encoding="utf-8", errors="replace") as handle:
@@ -58,8 +59,13 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
                 except ValueError:
                     raise LogFormatError(f"{file}:{number}: expected 'timestamp value step', "
                                          f"got {line.strip()!r}") from None
-                by_step.setdefault(step, {"step": step})[name] = value if math.isfinite(value) else float("nan")
-    return RawLog([by_step[s] for s in sorted(by_step)])
+                record = by_step.setdefault(step, {"step": step})
+                if name in record and record[name] != value:  # the same value twice is no conflict
+                    repeated.add(step)
+                record[name] = value if math.isfinite(value) else float("nan")  # the later line wins
+    notes = [f"{len(repeated)} step(s) were logged more than once (a resumed run): the last value of each metric "
+             "was kept"] if repeated else []
+    return RawLog([by_step[s] for s in sorted(by_step)], notes=notes)
 
 
 FORMAT = LogFormat(

@@ -169,8 +169,9 @@ def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str,
     scales = {name: columns[k].scale for name in rename
               if (k := name if name in columns else _strip(name, dialect.prefixes)) in columns
               and columns[k].scale != 1.0}
-    rows, repeated = _merge_repeated_steps(raw.records, step_key, ignored, scales)
-    table = MetricTable.from_records(rows, source=source, rename=rename, step_key=step_key)
+    rows, repeated = _merge_repeated_steps(raw.records, step_key, ignored)
+    table = MetricTable.from_records(rows, source=source, rename=rename, step_key=step_key, names=names - ignored,
+                                     scales=scales)
     for metric in [m for m in table.series if m.startswith(_FALLBACK)]:
         # A fallback column fills its metric only when no other column did; its NaNs count then only.
         series, target = table.series.pop(metric), metric.removeprefix(_FALLBACK)
@@ -205,6 +206,10 @@ def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str,
     if dialect.interpret is not None:
         dialect.interpret(table, frozenset(names))
     derive_equivalents(table)
+    for metric, estimator in sorted(table.estimators.items()):
+        if metric in table.series:
+            table.notes.append(f"{metric} is the {estimator} estimator as logged (batch means of different "
+                               "estimators are not converted into one another)")
     table.steps_read = _training_steps(table)
     return table
 
@@ -250,30 +255,25 @@ def _ignored_names(names: set[str], dialect: Dialect, step_key: str) -> set[str]
     return ignored
 
 
-def _merge_repeated_steps(records: list[dict[str, Any]], step_key: str, ignored: set[str] | frozenset[str],
-                          scales: dict[str, float]) -> tuple[list[dict[str, Any]], int]:
-    """Rows without ignored names, scaled, with a step's repeats merged into its first row
-    (the last value of each name wins). Rows without a step take their index and never
-    merge. Returns the rows and how many steps repeated."""
+def _merge_repeated_steps(records: list[dict[str, Any]], step_key: str,
+                          ignored: set[str]) -> tuple[list[dict[str, Any]], int]:
+    """The rows with a step's repeats merged into one (the last value of each name wins;
+    rows without a step never merge). Returns the rows and how many steps repeated a name
+    that is read."""
     rows: list[dict[str, Any]] = []
-    by_step: dict[Any, dict[str, Any]] = {}
+    position: dict[Any, int] = {}
     repeated: set[Any] = set()
-    for index, record in enumerate(records):
-        row = {k: _scaled(v, scales.get(k)) for k, v in record.items() if k not in ignored}
-        if step_key not in record:
-            row[step_key] = index
-            rows.append(row)
+    for record in records:
+        step = record.get(step_key, position)  # a row without a step: a key no step can equal
+        if step is position or step not in position:
+            if step is not position:
+                position[step] = len(rows)
+            rows.append(record)
             continue
-        step = record[step_key]
-        row[step_key] = step
-        earlier = by_step.get(step)
-        if earlier is None:
-            by_step[step] = row
-            rows.append(row)
-        else:
-            if set(row) & set(earlier) - {step_key}:
-                repeated.add(step)
-            earlier.update(row)
+        earlier = rows[position[step]]
+        if (earlier.keys() & record.keys()) - ignored - {step_key}:
+            repeated.add(step)
+        rows[position[step]] = {**earlier, **record}
     return rows, len(repeated)
 
 
@@ -298,24 +298,18 @@ def _add_evaluation(table: MetricTable, records: list[dict[str, Any]], step_key:
 def _training_steps(table: MetricTable) -> int:
     """Distinct steps at which some understood training metric was logged (evaluations,
     gold or held-out, are not training steps; nor are names nobody understood)."""
-    steps: set[int] = set()
-    for name, series in table.series.items():
-        if name in KNOWN and name != "reward/gold_mean" or name.startswith(REWARD_FUNCTION_PREFIX):
-            steps.update(series.steps)
-    return len(steps)
+    distinct = {id(s.steps): s.steps for name, s in table.series.items()  # columns share their steps' tuple
+                if name in KNOWN and name != "reward/gold_mean" or name.startswith(REWARD_FUNCTION_PREFIX)}
+    return len(set().union(*distinct.values()))
 
 
 def _check_steps(records: list[dict[str, Any]], step_key: str, source: str) -> None:
     """Every row's step, when it has one, is a whole number (rows without one take their index)."""
+    if set(map(type, [record.get(step_key, 0) for record in records])) <= {int}:
+        return  # the usual log, checked at C speed
     for number, record in enumerate(records, start=1):
         step = record.get(step_key)
         if step is None and step_key not in record:
             continue
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step) or step != int(step):
             raise LogFormatError(f"{source}: row {number}: step {step!r} ('{step_key}') is not a whole number")
-
-
-def _scaled(value: Any, scale: float | None) -> Any:
-    if scale is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return value
-    return value * scale

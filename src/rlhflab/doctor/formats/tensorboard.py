@@ -31,14 +31,22 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
     if not files:
         raise LogFormatError(f"{path}: no TensorBoard event files ({PATTERN}) found")
     records: dict[int, dict] = {}
+    repeated: set[int] = set()
     for file in files:
         accumulator = EventAccumulator(str(file), size_guidance={"scalars": 0})
-        accumulator.Reload()
+        try:
+            accumulator.Reload()
+        except Exception as err:  # the parser's own errors (DataLossError, DecodeError, ...) vary by version
+            raise LogFormatError(f"{file}: not a readable TensorBoard event file ({type(err).__name__}: {err})") from None
         for tag in accumulator.Tags().get("scalars", []):
-            name = tag
             for event in accumulator.Scalars(tag):
-                records.setdefault(event.step, {"step": event.step})[name] = event.value
-    return RawLog([records[s] for s in sorted(records)])
+                record = records.setdefault(event.step, {"step": event.step})
+                if tag in record and record[tag] != event.value:  # the same value twice is no conflict
+                    repeated.add(event.step)
+                record[tag] = event.value  # files in name order: the later write wins
+    notes = [f"{len(repeated)} step(s) were logged more than once (a resumed run, or one file per process): the "
+             "last value of each metric was kept"] if repeated else []
+    return RawLog([records[s] for s in sorted(records)], notes=notes)
 
 
 FORMAT = LogFormat(

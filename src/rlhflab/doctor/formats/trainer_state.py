@@ -66,9 +66,16 @@ def load_rows(path: Path) -> list[Any]:
     raise LogFormatError(f"{path}: expected a trainer_state.json with a 'log_history' list, or a JSON list of rows")
 
 
-def _is_evaluation(row: dict[str, Any]) -> bool:
-    keys = set(row) - {"step", "epoch"}
-    return bool(keys) and all(k.startswith(trl.EVAL_PREFIXES) for k in keys)
+def is_evaluation_row(row: dict[str, Any]) -> bool:
+    """A row of evaluation metrics only (`eval_loss`, `eval_reward`, ...)."""
+    evaluation = False
+    for key in row:
+        if key in ("step", "epoch"):
+            continue
+        if not key.startswith(trl.EVAL_PREFIXES):
+            return False
+        evaluation = True
+    return evaluation
 
 
 def _read(path: Path, mapping: UserMapping) -> RawLog:
@@ -81,14 +88,14 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
             raise LogFormatError(f"{file}: log_history entry {index + 1} is {type(row).__name__}, not an object")
-        if not mapping.step_key:
-            row = {**row, "step": row.get("step", row.get("episode", index))}
-        (evaluation if _is_evaluation(row) else records).append(row)
+        if not mapping.step_key and "step" not in row:
+            row = {**row, "step": row.get("episode", index)}
+        (evaluation if is_evaluation_row(row) else records).append(row)
     settings: dict[str, Any] = {}
-    episodes = [(r["step"], r["episode"]) for r in records
-                if isinstance(r.get("step"), (int, float)) and isinstance(r.get("episode"), (int, float))]
-    if episodes and episodes[0][0] > 0 and episodes[0][1] > 0:
-        per_step = episodes[0][1] / episodes[0][0]
+    first = next((r for r in records if "episode" in r), None)
+    step, episode = (first.get("step"), first.get("episode")) if first else (None, None)
+    if type(step) in (int, float) and type(episode) in (int, float) and step > 0 and episode > 0:
+        per_step = episode / step
         if per_step == int(per_step):
             settings["batch_size"] = int(per_step)
     return RawLog(records, settings=settings, eval_records=evaluation)

@@ -23,7 +23,7 @@ from rlhflab.doctor.table import MetricTable
 # Bookkeeping of transformers' Trainer: its end-of-training summary row and counters.
 TRAINER_BOOKKEEPING = frozenset({
     "epoch", "step", "total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second",
-    "train_loss", "num_input_tokens_seen", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second",
+    "train_loss", "num_input_tokens_seen", "step_time", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second",
 })
 LOGGER_PREFIXES = ("train/",)
 EVAL_PREFIXES = ("eval_", "eval/")
@@ -137,8 +137,9 @@ TRL_PPO_LEGACY = Dialect(
 GRPO_COLUMNS = {
     "reward": Column("reward/proxy_mean"),  # the weighted sum of the reward functions
     "reward_std": Column("reward/proxy_std"),
-    # `kl`: mean over completion tokens of exp(ref - logp) - (ref - logp) - 1, the k3 estimator.
-    "kl": Column("kl/token_mean", estimator="k3"),
+    # `kl`: a per-token mean over completion tokens. GRPO's is exp(ref - logp) - (ref - logp) - 1,
+    # the k3 estimator; RLOO's is old logp - ref (k1). Their logs share every name.
+    "kl": Column("kl/token_mean", estimator="k3 (GRPO) or k1 (RLOO)"),
     "entropy": Column("policy/entropy"),  # per-token mean over completion tokens
     "completions/mean_length": Column("response/length_mean"),
     "completion_length": Column("response/length_mean", fallback=True),  # TRL < 0.17
@@ -177,9 +178,13 @@ def _grpo_interpret(table: MetricTable, names: frozenset[str]) -> None:
         bare = name.removeprefix("train/")
         if bare.startswith(start) and bare.endswith(end) and name in table.series:
             function = bare[len(start):-len(end)]
-            table.series[REWARD_FUNCTION_PREFIX + function] = table.series.pop(name)
+            series = table.series[REWARD_FUNCTION_PREFIX + function] = table.series.pop(name)
             if name in table.unknown:
                 table.unknown.remove(name)
+            first, last = series.values[0], series.values[-1]
+            if len(series) >= 3 and first != 0 and last == 0 and series.values[-2] == 0:
+                table.notes.append(f"reward function {function} fell from {first:.3g} to 0 (step {series.steps[0]} to "
+                                   f"{series.steps[-1]}): the policy no longer earns it")
 
 
 TRL_GRPO = Dialect(

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhflab.doctor.formats.spec import Column, Dialect, LogFormat, LogFormatError, RawLog, UserMapping
+from rlhflab.doctor.formats.text import open_text, plain
 from rlhflab.doctor.table import MetricTable
 
 COLUMNS = {
@@ -109,7 +110,6 @@ DIALECT = Dialect(
 )
 
 # --- console lines ------------------------------------------------------------------------
-ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _STEP_LINE = re.compile(r"(?:^|\s|\))step:(\d+) - ")
 _NUMPY_SCALAR = re.compile(r"^np\.(?:float|int)\d*\((.*)\)$")
 _CONFIG_START = re.compile(r"^\{'(actor_rollout_ref|algorithm|data|critic|trainer)'")
@@ -182,7 +182,7 @@ def _read_console(path: Path, mapping: UserMapping) -> RawLog:
     config_tag = ""
     with open_text(path) as handle:
         for raw in handle:
-            bare = ANSI.sub("", raw.rstrip("\n").replace("\0", ""))
+            bare = plain(raw.rstrip("\n"))
             tag_match = _RAY_TAG.match(bare)
             tag = tag_match.group(0) if tag_match else ""
             line = bare[len(tag):]
@@ -213,17 +213,12 @@ def _parse_config(text: str) -> dict[str, Any]:
     return settings_from_config(config) if isinstance(config, dict) else {}
 
 
-def open_text(path: Path):
-    """A text log, any bytes decoded (a console capture is not always clean UTF-8)."""
-    return Path(path).open(encoding="utf-8", errors="replace", newline=None)
-
-
 def _recognise_console(path: Path) -> bool:
     if not path.is_file() or path.suffix in (".json", ".jsonl", ".csv"):
         return False
     with path.open("rb") as handle:
         head = handle.read(1 << 20).replace(b"\0", b"").decode("utf-8", errors="replace")
-    return any(_STEP_LINE.search(ANSI.sub("", line)) and ":" in line.split("step:", 1)[-1]
+    return any(_STEP_LINE.search(plain(line)) and ":" in line.split("step:", 1)[-1]
                for line in head.splitlines() if "step:" in line and " - " in line)
 
 

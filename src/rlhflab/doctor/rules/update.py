@@ -7,7 +7,7 @@ from rlhflab.doctor import causes
 from rlhflab.doctor.causes import Clue
 from rlhflab.doctor.findings import Cause, Evidence
 from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, mean, persistence, rule
-from rlhflab.doctor.signals import first_where, rolling_median, smooth, window
+from rlhflab.doctor.signals import first_where, rolling_median, running_medians, smooth, window
 from rlhflab.doctor.table import MetricTable
 
 RATIO_LOW = Threshold("RATIO_LOW", 0.8, "TRL logging docs: val/ratio should float around 1.0")
@@ -163,10 +163,10 @@ def updates_skipped(table: MetricTable) -> Detection | None:
 def grad_norm_spikes(table: MetricTable) -> Detection | None:
     """Gradient norm jumping far above its running median, repeatedly."""
     g = table.get("policy/grad_norm")
+    medians = running_medians(g.values)  # medians[i - 1]: the median of every value before i
     spikes = []
     for i in range(window(len(g)), len(g)):
-        history = sorted(g.values[:i])
-        median = history[len(history) // 2]
+        median = medians[i - 1]
         if median > 0 and g.values[i] > GRAD_SPIKE_FACTOR.value * median:
             spikes.append(i)
     if len(spikes) < 3:
