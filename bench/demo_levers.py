@@ -31,9 +31,9 @@ START, END = "<!-- demo-levers:start -->", "<!-- demo-levers:end -->"
 RANDOM_BATCHES = "random batches (before length grouping)"
 
 STAGE1 = {"defaults": {}, RANDOM_BATCHES: {}, "600 steps": {"pretrain.steps": 600},
-          "corpus of 10,000": {"pretrain.corpus_size": 10000}, "3 layers": {"pretrain.n_layer": 3}}
+          "corpus of 10,000": {"pretrain.corpus_size": 10000}, "4 layers (before)": {"pretrain.n_layer": 4}}
 STAGE2 = {"defaults": {}, RANDOM_BATCHES: {}, "12,000 pairs": {"reward.pairs": 12000},
-          "24,000 pairs": {"reward.pairs": 24000}, "1 epoch": {"reward.epochs": 1}}
+          "15,000 pairs": {"reward.pairs": 15000}, "1 epoch": {"reward.epochs": 1}}
 PPO = {"defaults": {}, "4 epochs (before)": {"ppo.epochs": 4}}
 
 

@@ -53,7 +53,9 @@ def time_doctor(log: Path, rounds: int, src: Path | None) -> list[float]:
     times = []
     for round_ in range(rounds + 1):
         start = time.perf_counter()
-        subprocess.run(command, env=env, check=True, capture_output=True)
+        result = subprocess.run(command, env=env, capture_output=True)
+        if result.returncode not in (0, 1, 3):  # a verdict (no finding, finding, cannot tell), not an error
+            raise RuntimeError(f"rlhflab doctor exited {result.returncode}: {result.stderr.decode()[-500:]}")
         if round_:
             times.append(time.perf_counter() - start)
     return times

@@ -265,7 +265,6 @@ def test_grpo_and_rloo_logs_of_the_real_trainers_read_alike_from_every_file_they
     assert diagnose(state).verdict == "no_finding"
 
 
-@pytest.mark.skipif(not (FIXTURES / "trl_ppo").is_dir(), reason="run bench/trl_fixtures.py ppo in .venv-trl")
 def test_ppo_log_of_the_real_trl_1_12_trainer():
     state, events = read_log(FIXTURES / "trl_ppo"), read_log(FIXTURES / "trl_ppo" / "runs")
     for table in (state, events):
@@ -274,3 +273,25 @@ def test_ppo_log_of_the_real_trl_1_12_trainer():
     assert state.get("kl/mean").values == pytest.approx(events.get("kl/mean").values, rel=1e-6)
     assert state.settings.batch_size == 8  # episodes per step
     assert 0 <= min(state.get("response/eos_rate").values) <= max(state.get("response/eos_rate").values) <= 1
+    # Random weights rarely sample EOS: the doctor says the responses never end.
+    assert [f.rule for f in diagnose(state).findings] == ["responses_never_end"]
+
+
+def test_tensorboard_scalars_as_tf2_tensors_and_a_file_cut_short(tmp_path: Path):
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+    from tensorboard.compat.proto.tensor_pb2 import TensorProto
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writer = EventFileWriter(str(tmp_path))
+    metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="scalars"))
+    for step in range(12):
+        tensor = TensorProto(dtype=1, float_val=[0.1 * step])  # DT_FLOAT, as tf.summary.scalar writes it
+        value = Summary.Value(tag="kl/mean", tensor=tensor, metadata=metadata)
+        writer.add_event(Event(wall_time=1.0, step=step, summary=Summary(value=[value])))
+    writer.close()
+    events = next(tmp_path.glob("events.out.tfevents.*"))
+    assert read_log(tmp_path).get("kl/mean").values[-1] == pytest.approx(1.1)
+    events.write_bytes(events.read_bytes()[:-7])  # the last record cut short
+    table = read_log(tmp_path)
+    assert table.get("kl/mean").steps[-1] == 10 and any("cut short" in note for note in table.notes)

@@ -126,13 +126,71 @@ def _strip(name: str, prefixes: tuple[str, ...]) -> str:
     return name
 
 
+@dataclass
+class _NamePlan:
+    """What each name of a log becomes: its metric (a fallback column's under `_FALLBACK`),
+    the unit and estimator each metric is logged in (a fallback's apart, used only if it
+    fills its metric), and the names left unknown or kept as evaluation."""
+
+    rename: dict[str, str] = field(default_factory=dict)
+    units: dict[str, Unit] = field(default_factory=dict)
+    estimators: dict[str, str] = field(default_factory=dict)
+    fallback_units: dict[str, Unit] = field(default_factory=dict)
+    fallback_estimators: dict[str, str] = field(default_factory=dict)
+    unknown: set[str] = field(default_factory=set)
+    evaluation: set[str] = field(default_factory=set)
+
+
+def _plan_names(names: set[str], columns: Mapping[str, Column], dialect: Dialect) -> _NamePlan:
+    """The user's mapping and the dialect's columns first, then canonical names as they
+    are, then evaluation names; anything else is unknown, never guessed."""
+    plan = _NamePlan()
+    for name in sorted(names):
+        key = name if name in columns else _strip(name, dialect.prefixes)
+        column = columns.get(key)
+        if column is not None:
+            plan.rename[name] = _FALLBACK + column.metric if column.fallback else column.metric
+            units = plan.fallback_units if column.fallback else plan.units
+            estimators = plan.fallback_estimators if column.fallback else plan.estimators
+            if column.unit is not None:
+                units[column.metric] = column.unit
+            if column.estimator is not None:
+                estimators[column.metric] = column.estimator
+        elif key in KNOWN:
+            plan.rename[name] = key
+        elif name.startswith(dialect.eval_prefixes):  # an empty tuple of prefixes matches nothing
+            plan.rename[name] = EVAL_PREFIX + _strip(name, dialect.eval_prefixes)
+            plan.evaluation.add(plan.rename[name])
+        else:
+            plan.unknown.add(name)
+    return plan
+
+
+def _resolve_fallbacks(table: MetricTable, plan: _NamePlan) -> None:
+    """A fallback column fills its metric only when no other column did (with its unit and
+    estimator); its NaNs count then only."""
+    for metric in [m for m in table.series if m.startswith(_FALLBACK)]:
+        series, target = table.series.pop(metric), metric.removeprefix(_FALLBACK)
+        steps = table.non_finite.pop(metric, [])
+        if table.get(target) is None and target not in table.non_finite:
+            table.series[target] = series
+            if steps:
+                table.non_finite[target] = steps
+            if target in plan.fallback_units:
+                plan.units[target] = plan.fallback_units[target]
+            if target in plan.fallback_estimators:
+                plan.estimators[target] = plan.fallback_estimators[target]
+    for metric in [m for m in table.non_finite if m.startswith(_FALLBACK)]:  # a fallback column all NaN
+        steps = table.non_finite.pop(metric)
+        table.non_finite.setdefault(metric.removeprefix(_FALLBACK), steps)
+
+
 def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str,
                 dialects: Mapping[str, Dialect] | None = None) -> MetricTable:
-    """Rename, merge, scale and convert a format's rows into a `MetricTable`: the user's
-    mapping first, then the dialect's columns, then canonical names as they are; every
-    other name is listed as unknown, never guessed. A column the user maps is read even
-    when the dialect ignores it. A step logged twice (a resumed run, one line per rank)
-    keeps its last value of each metric, and the table says how many steps repeated."""
+    """Rename, merge, scale and convert a format's rows into a `MetricTable` in the
+    dialect of the trainer that wrote them. A column the user maps is read even when the
+    dialect ignores it. A step logged twice (a resumed run, one line per rank) keeps its
+    last value of each metric, and the table says how many steps repeated."""
     step_key = mapping.step_key or raw.step_key
     names = {name for record in raw.records for name in record} - {step_key}
     dialects = dialects or {}
@@ -142,67 +200,32 @@ def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str,
         dialect = choose_dialect(names, fmt.dialects or tuple(dialects.values()) or (CANONICAL,))
     columns = {**dialect.columns, **mapping.columns}
     ignored = _ignored_names(names | {raw.step_key}, dialect, raw.step_key) - set(mapping.columns) - {step_key}
-    rename: dict[str, str] = {}
-    logged: dict[str, Unit] = {}  # canonical metric -> the unit its column is logged in
-    fallback_units: dict[str, Unit] = {}
-    estimators: dict[str, str] = {}
-    unknown: set[str] = set()
-    evaluation: set[str] = set()
-    for name in names - ignored:
-        key = name if name in columns else _strip(name, dialect.prefixes)
-        column = columns.get(key)
-        if column is not None:
-            rename[name] = _FALLBACK + column.metric if column.fallback else column.metric
-            if column.unit is not None:
-                (fallback_units if column.fallback else logged)[column.metric] = column.unit
-            if column.estimator is not None:
-                estimators[column.metric] = column.estimator
-        elif key in KNOWN:
-            rename[name] = key
-        elif any(name.startswith(p) for p in dialect.eval_prefixes):
-            rename[name] = EVAL_PREFIX + _strip(name, dialect.eval_prefixes)
-            evaluation.add(rename[name])
-        else:
-            unknown.add(name)
-    ignored = ignored | _drop_collisions(rename, raw.records, set(mapping.columns), raw.notes)
+    plan = _plan_names(names - ignored, columns, dialect)
+    ignored = ignored | _drop_collisions(plan.rename, raw.records, set(mapping.columns), raw.notes)
     _check_steps(raw.records, step_key, source)
-    scales = {name: columns[k].scale for name in rename
+    scales = {name: columns[k].scale for name in plan.rename
               if (k := name if name in columns else _strip(name, dialect.prefixes)) in columns
               and columns[k].scale != 1.0}
     rows, repeated = _merge_repeated_steps(raw.records, step_key, ignored)
-    table = MetricTable.from_records(rows, source=source, rename=rename, step_key=step_key, names=names - ignored,
-                                     scales=scales)
-    for metric in [m for m in table.series if m.startswith(_FALLBACK)]:
-        # A fallback column fills its metric only when no other column did; its NaNs count then only.
-        series, target = table.series.pop(metric), metric.removeprefix(_FALLBACK)
-        steps = table.non_finite.pop(metric, [])
-        if table.get(target) is None and target not in table.non_finite:
-            table.series[target] = series
-            if steps:
-                table.non_finite[target] = steps
-            if target in fallback_units:
-                logged[target] = fallback_units[target]
-    for metric in [m for m in table.non_finite if m.startswith(_FALLBACK)]:  # a fallback column all NaN
-        steps = table.non_finite.pop(metric)
-        table.non_finite.setdefault(metric.removeprefix(_FALLBACK), steps)
+    table = MetricTable.from_records(rows, source=source, rename=plan.rename, step_key=step_key,
+                                     names=names - ignored, scales=scales)
+    _resolve_fallbacks(table, plan)
     if raw.eval_records:
-        evaluation |= _add_evaluation(table, raw.eval_records, step_key, columns, dialect)
-    table.unknown = sorted(unknown)
+        plan.evaluation |= _add_evaluation(table, raw.eval_records, step_key, columns, dialect)
+    table.unknown = sorted(plan.unknown)
     table.notes = list(raw.notes)
     if repeated:
         table.notes.append(f"{repeated} step(s) were logged more than once (a resumed run, or one line per "
                            "process): the last value of each metric was kept")
-    table.evaluation = sorted(evaluation)
-    table.estimators = estimators
-    table.format = fmt.name
-    table.vocabulary = dict(dialect.vocabulary)
-    table.verifiable = dialect.verify
+    table.evaluation = sorted(plan.evaluation)
+    table.estimators = plan.estimators
+    table.format, table.vocabulary, table.verifiable = fmt.name, dict(dialect.vocabulary), dialect.verify
     unknown_settings = set(raw.settings) - set(SETTING_NAMES)
     if unknown_settings:
         raise ValueError(f"format {fmt.name}: unknown RunSettings field(s) {sorted(unknown_settings)}")
     table.settings = RunSettings(**{"trainer": dialect.name, **raw.settings,
                                     "has_gold": table.get("reward/gold_mean") is not None})
-    convert_units(table, logged)
+    convert_units(table, plan.units)
     if dialect.interpret is not None:
         dialect.interpret(table, frozenset(names))
     derive_equivalents(table)
