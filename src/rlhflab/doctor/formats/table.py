@@ -9,12 +9,12 @@ the file has; a file with none numbers its rows, and says so.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from rlhflab.doctor.formats.spec import LogFormat, LogFormatError, RawLog, UserMapping
+from rlhflab.doctor.formats.text import json_objects
 
 SUFFIXES = (".csv", ".jsonl")
 STEP_NAMES = ("step", "Step", "_step", "global_step", "train/global_step", "iteration", "iter", "trainer/global_step")
@@ -56,28 +56,6 @@ def _read_csv(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    records = []
-    try:
-        with path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise LogFormatError(f"{path}:{number}: invalid JSON ({err.msg})") from None
-                except RecursionError:
-                    raise LogFormatError(f"{path}:{number}: JSON nested too deeply") from None
-                if not isinstance(row, dict):
-                    raise LogFormatError(f"{path}:{number}: expected a JSON object per line, got "
-                                         f"{type(row).__name__}")
-                records.append(row)
-    except UnicodeDecodeError as err:
-        raise LogFormatError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    return records
-
-
 def _is_jsonl(path: Path) -> bool:
     """JSONL when the suffix says so, or (a forced format on another suffix) when the first
     non-blank character opens an object."""
@@ -100,7 +78,7 @@ def _whole_steps(records: list[dict[str, Any]], step_key: str, path: Path) -> No
 
 
 def _read(path: Path, mapping: UserMapping) -> RawLog:
-    records = _read_jsonl(path) if _is_jsonl(path) else _read_csv(path)
+    records = [row for _, row in json_objects(path)] if _is_jsonl(path) else _read_csv(path)
     names = {k for r in records for k in r}
     step_key = mapping.step_key or next((n for n in STEP_NAMES if n in names), None)
     notes = []

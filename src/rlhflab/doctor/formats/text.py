@@ -1,10 +1,14 @@
-"""What the readers of console captures share: any bytes decoded, ANSI escapes removed."""
+"""What the readers of text logs share: any bytes decoded, ANSI escapes removed, JSON lines
+parsed with errors at their line."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
-from typing import TextIO
+from typing import Any, Iterator, TextIO
+
+from rlhflab.doctor.formats.spec import LogFormatError
 
 # CSI sequences (colours, cursor moves) that terminals interpret and captures keep.
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -18,3 +22,24 @@ def open_text(path: Path) -> TextIO:
 def plain(line: str) -> str:
     """A console line without ANSI escapes or NUL bytes."""
     return ANSI.sub("", line.replace("\0", ""))
+
+
+def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line of a JSONL file; anything but a JSON
+    object on a line is an error naming the file and the line."""
+    try:
+        with Path(path).open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise LogFormatError(f"{path}:{number}: invalid JSON ({err.msg})") from None
+                except RecursionError:
+                    raise LogFormatError(f"{path}:{number}: JSON nested too deeply") from None
+                if not isinstance(row, dict):
+                    raise LogFormatError(f"{path}:{number}: expected a JSON object per line, got {type(row).__name__}")
+                yield number, row
+    except UnicodeDecodeError as err:
+        raise LogFormatError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhflab.doctor.formats.spec import Column, Dialect, LogFormat, LogFormatError, RawLog, UserMapping
-from rlhflab.doctor.formats.text import open_text, plain
+from rlhflab.doctor.formats.text import json_objects, open_text, plain
 from rlhflab.doctor.table import MetricTable
 
 COLUMNS = {
@@ -246,21 +246,13 @@ def _recognise_jsonl(path: Path) -> bool:
 
 def _read_jsonl(path: Path, mapping: UserMapping) -> RawLog:
     records = []
-    with open_text(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise LogFormatError(f"{path}:{number}: invalid JSON ({err.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("data"), dict):
-                raise LogFormatError(f"{path}:{number}: expected {{\"step\": N, \"data\": {{...}}}} (veRL's file "
-                                     "logger)")
-            step = row.get("step")
-            if isinstance(step, bool) or not isinstance(step, int):
-                raise LogFormatError(f"{path}:{number}: step {step!r} is not a whole number")
-            records.append({**row["data"], "step": step})
+    for number, row in json_objects(path):
+        if not isinstance(row.get("data"), dict):
+            raise LogFormatError(f"{path}:{number}: expected {{\"step\": N, \"data\": {{...}}}} (veRL's file logger)")
+        step = row.get("step")
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise LogFormatError(f"{path}:{number}: step {step!r} is not a whole number")
+        records.append({**row["data"], "step": step})
     return RawLog(records, dialect=DIALECT.name)
 
 
