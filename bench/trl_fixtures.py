@@ -5,7 +5,7 @@
     .venv-trl/bin/python bench/trl_fixtures.py ppo  # TRL 1.12 (make bench-trl creates .venv-trl)
 
 For each trainer, into tests/fixtures/logs/trl_<trainer>/: `trainer_state.json` (its
-`log_history`), the TensorBoard events transformers' callback writes (`runs/`), and
+`log_history`), the TensorBoard events transformers' callback writes (`tensorboard/`), and
 `console.txt`, the terminal as a user would capture it (progress bars and the printed
 metrics dicts). 12 optimizer steps, one log row each, on a 1-layer GPT-2 with the world's
 tokenizer (random weights: the format, not the learning, is the point) and, for GRPO and
@@ -119,9 +119,9 @@ def write_fixture(kind: str) -> Path:
         shutil.copy(out / "trainer_state.json", target / "trainer_state.json")
         shutil.copy(console, target / "console.txt")
         events = sorted(out.rglob("events.out.tfevents.*"))
-        (target / "runs").mkdir()
+        (target / "tensorboard").mkdir()
         for event in events:
-            shutil.copy(event, target / "runs" / event.name)
+            shutil.copy(event, target / "tensorboard" / event.name)
     import trl
 
     (target / "SOURCE.md").write_text(

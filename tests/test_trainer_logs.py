@@ -250,7 +250,7 @@ def test_real_logs_are_read_to_their_last_step(name, trainer, steps, verdict):
 def test_grpo_and_rloo_logs_of_the_real_trainers_read_alike_from_every_file_they_write(trainer):
     """trainer_state.json, the TensorBoard events and the captured console of one run: the
     same steps and the same values, whichever a user has."""
-    state, events, console = (read_log(FIXTURES / trainer / part) for part in ("", "runs", "console.txt"))
+    state, events, console = (read_log(FIXTURES / trainer / part) for part in ("", "tensorboard", "console.txt"))
     for table in (state, events, console):
         assert table.settings.trainer == "trl-grpo" and table.steps_read == 12
         assert not table.unknown
@@ -266,7 +266,7 @@ def test_grpo_and_rloo_logs_of_the_real_trainers_read_alike_from_every_file_they
 
 
 def test_ppo_log_of_the_real_trl_1_12_trainer():
-    state, events = read_log(FIXTURES / "trl_ppo"), read_log(FIXTURES / "trl_ppo" / "runs")
+    state, events = read_log(FIXTURES / "trl_ppo"), read_log(FIXTURES / "trl_ppo" / "tensorboard")
     for table in (state, events):
         assert table.settings.trainer == "trl-ppo" and table.steps_read == 12
         assert table.get("kl/mean") is not None and table.get("policy/approxkl") is not None
