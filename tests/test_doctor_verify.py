@@ -67,6 +67,9 @@ def test_report_is_self_contained_and_marks_findings(verified):
     assert page.count("data:image/png;base64,") >= 5
     assert "Verification" in page and "<td>kl_explosion</td><td>gone</td>" in page
     assert "src='http" not in page and 'src="http' not in page
+    # The verdict and what could be checked, family by family.
+    assert "Findings of medium or high severity" in page
+    assert "<td>exploding_kl</td><td>checked</td>" in page and "<td>update_health</td><td>checked</td>" in page
 
 
 def test_live_doctor_stops_the_run_with_a_checkpoint_and_the_diagnosis(verified, tmp_path):
