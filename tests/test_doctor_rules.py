@@ -244,16 +244,18 @@ def reward_hacking_with_gold():
 def length_drift_without_gold():
     records = modify(healthy_records(9, gold=False), 40, response__length_mean=lambda k, old: 9 + 0.5 * k)
     onset = crossing(records, "response/length_mean", lambda v: v > 1.5 * 12)
-    return Trace(table_of(records), "reward_hacking_proxy", onset)
+    return Trace(table_of(records), "reward_hacking_proxy", onset, allowed={"length_blowup"})
 
 
 def test_reward_hacking_without_gold_from_length_drift():
     records = modify(healthy_records(9, gold=False), 40, response__length_mean=lambda k, old: 9 + 0.5 * k)
     onset = crossing(records, "response/length_mean", lambda v: v > 1.5 * 12)
-    assert_fires(table_of(records), "reward_hacking_proxy", onset, tolerance=6)
-    # With gold present, the gold rule decides and a rising gold is no hacking.
-    with_gold = modify(healthy_records(9), 40, response__length_mean=lambda k, old: 9 + 0.5 * k)
-    assert fired(table_of(with_gold)) == {}
+    assert_fires(table_of(records), "reward_hacking_proxy", onset, tolerance=6, allowed={"length_blowup"})
+    # With gold present, the gold rule decides and a rising gold is no hacking: the
+    # longer answers are a note (low severity), not a finding.
+    with_gold = diagnose(table_of(modify(healthy_records(9), 40, response__length_mean=lambda k, old: 9 + 0.5 * k)))
+    assert [(f.rule, f.severity) for f in with_gold.findings] == [("length_blowup", "low")]
+    assert with_gold.healthy
 
 
 @firing_trace("proxy_out_of_range")
@@ -336,7 +338,42 @@ def responses_never_end():
                      response__length_mean=lambda k, old: 32.0)
     # The EOS rate falls 1 -> 0 at step 30: the 3-point mean is below 0.5 from step 31.
     return Trace(table_of(records), "responses_never_end", 31, tolerance=2,
-                 allowed={"reward_hacking_proxy"})
+                 allowed={"reward_hacking_proxy", "length_blowup"})
+
+
+@firing_trace("truncation_saturated")
+def responses_cut_at_the_limit():
+    records = modify(healthy_records(21), 30, response__truncated_frac=lambda k, old: 0.95)
+    records = modify(records, 0, response__truncated_frac=lambda k, old: old if old is not None else 0.01)
+    return Trace(table_of(records), "truncation_saturated", 31, tolerance=2)
+
+
+@firing_trace("length_collapse")
+def answers_shrink_to_a_few_tokens():
+    # Gold falls with the length: the TRL GRPO run of ../shared/real_logs, in small.
+    records = modify(healthy_records(22, gold=False), 40, response__length_mean=lambda k, old: max(1.0, 11 - 0.5 * k))
+    onset = crossing(records, "response/length_mean", lambda v: v < 0.3 * 12)
+    return Trace(table_of(records), "length_collapse", onset, allowed={"reward_hacking_proxy"})
+
+
+@firing_trace("length_blowup")
+def answers_grow_without_gold():
+    records = modify(healthy_records(23, gold=False), 30, response__length_mean=lambda k, old: 9 + 0.4 * k)
+    onset = crossing(records, "response/length_mean", lambda v: v > 1.6 * 12)
+    return Trace(table_of(records), "length_blowup", onset, allowed={"reward_hacking_proxy"})
+
+
+@firing_trace("reward_spread_collapse")
+def groups_score_alike():
+    records = modify(healthy_records(24), 0, reward__zero_std_frac=lambda k, old: 0.1)
+    records = modify(records, 50, reward__zero_std_frac=lambda k, old: 0.95)
+    return Trace(table_of(records), "reward_spread_collapse", 51, tolerance=3)
+
+
+@firing_trace("dead_gradients")
+def gradients_vanish():
+    records = modify(healthy_records(25), 45, policy__grad_norm=lambda k, old: 0.0)
+    return Trace(table_of(records), "dead_gradients", 45, tolerance=0)
 
 
 @firing_trace("prompts_narrow")

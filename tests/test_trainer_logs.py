@@ -231,7 +231,7 @@ def test_a_truncated_trl_log_under_another_name_is_invalid_json_at_a_line(tmp_pa
 # --- the public logs of real runs (../shared/real_logs), when present ------------------------------------
 @pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="../shared/real_logs is not present")
 @pytest.mark.parametrize("name, trainer, steps, verdict", [
-    ("verl_ppo_qwen2.5-0.5b_gsm8k_resp256.log", "verl", 435, None),  # its verdict: the rules issue
+    ("verl_ppo_qwen2.5-0.5b_gsm8k_resp256.log", "verl", 435, "no_finding"),
     ("dschat_step3_opt1.3b_opt350m.log", "deepspeed-chat", 477, "cannot_tell"),
     ("trl_grpo_vlm_qwen2.5vl-3b_collapse_run_terminal.md", "trl-grpo", 18, None),
     ("trl0.24_ppo_qwen2.5-0.5b_1step_trainer_log_history.json", "trl-ppo", 1, "cannot_tell"),
@@ -262,7 +262,8 @@ def test_grpo_and_rloo_logs_of_the_real_trainers_read_alike_from_every_file_they
     assert console.get("reward/proxy_mean").values == pytest.approx(state.get("reward/proxy_mean").values, rel=1e-3,
                                                                      abs=1e-4)
     assert any("positions among the dicts" in n for n in console.notes)
-    assert diagnose(state).verdict == "no_finding"
+    # Random weights rarely sample EOS within 16 tokens: every completion is cut at the limit, and said.
+    assert [f.rule for f in diagnose(state).findings] == ["truncation_saturated"]
 
 
 def test_ppo_log_of_the_real_trl_1_12_trainer():

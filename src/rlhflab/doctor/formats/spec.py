@@ -22,7 +22,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from rlhflab.doctor.metrics import EVAL_PREFIX, KNOWN, REWARD_FUNCTION_PREFIX
+from rlhflab.doctor.metrics import EVAL_PREFIX, KNOWN, PRETRAIN_METRICS, REWARD_FUNCTION_PREFIX, REWARD_METRICS
 from rlhflab.doctor.settings import SETTING_NAMES, RunSettings
 from rlhflab.doctor.table import MetricTable, convert_units, derive_equivalents
 from rlhflab.doctor.units import Unit
@@ -318,11 +318,15 @@ def _add_evaluation(table: MetricTable, records: list[dict[str, Any]], step_key:
     return set(evaluation.series)
 
 
+# Metrics of the RL stage's steps: not evaluations (gold or held-out), not the reward
+# model's or the stage-1 model's own training steps, not names nobody understood.
+TRAINING_METRICS = frozenset(KNOWN - set(REWARD_METRICS) - set(PRETRAIN_METRICS) - {"reward/gold_mean"})
+
+
 def _training_steps(table: MetricTable) -> int:
-    """Distinct steps at which some understood training metric was logged (evaluations,
-    gold or held-out, are not training steps; nor are names nobody understood)."""
+    """Distinct RL steps at which some understood training metric was logged."""
     distinct = {id(s.steps): s.steps for name, s in table.series.items()  # columns share their steps' tuple
-                if name in KNOWN and name != "reward/gold_mean" or name.startswith(REWARD_FUNCTION_PREFIX)}
+                if name in TRAINING_METRICS or name.startswith(REWARD_FUNCTION_PREFIX)}
     return len(set().union(*distinct.values()))
 
 

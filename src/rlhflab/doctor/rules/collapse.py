@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from rlhflab.doctor import causes
-from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule
+from rlhflab.doctor.rules.registry import (
+    GOLD_HELD,
+    Detection,
+    Threshold,
+    crossing,
+    evidence,
+    persistence,
+    rule,
+    unless_gold_rises,
+)
 from rlhflab.doctor.rules.responses import REPEATED_PROMPTS
 from rlhflab.doctor.rules.update import LARGE_UPDATES
 from rlhflab.doctor.signals import baseline, first_where, smooth, window
@@ -26,7 +35,7 @@ IDENTICAL_LIMIT = Threshold(
 COLLAPSE_CLUES = (causes.ZERO_KL, causes.NEGATIVE_ENTROPY_COEF, causes.CLIP_NEVER_CLIPS, REPEATED_PROMPTS)
 
 
-@rule("entropy_collapse", "mode_collapse", requires=("policy/entropy",), thresholds=(ENTROPY_FRACTION,),
+@rule("entropy_collapse", "mode_collapse", requires=("policy/entropy",), thresholds=(ENTROPY_FRACTION, GOLD_HELD),
       causes=(causes.step_size, causes.entropy_term, causes.kl_control, causes.narrow_prompts),
       clues=COLLAPSE_CLUES + (LARGE_UPDATES,), relative=("policy/entropy",))
 def entropy_collapse(table: MetricTable) -> Detection | None:
@@ -34,10 +43,11 @@ def entropy_collapse(table: MetricTable) -> Detection | None:
     ent = table.get("policy/entropy", any_unit=True)
     start = baseline(ent.values, window(len(ent)))
     fraction = ENTROPY_FRACTION.value
-    return crossing(table, "policy/entropy", lambda v: v < fraction * start,
-                    lambda s: f"entropy collapse: policy/entropy fell from {start:.2f} to {s.values[-1]:.2f}",
-                    f"smoothed entropy < {fraction} x its starting level {start:.3f}", ENTROPY_FRACTION.source,
-                    "high", any_unit=True)
+    found = crossing(table, "policy/entropy", lambda v: v < fraction * start,
+                     lambda s: f"entropy collapse: policy/entropy fell from {start:.2f} to {s.values[-1]:.2f}",
+                     f"smoothed entropy < {fraction} x its starting level {start:.3f}", ENTROPY_FRACTION.source,
+                     "high", any_unit=True)
+    return unless_gold_rises(table, found, "a sharpening policy, not a collapse")
 
 
 @rule("diversity_collapse", "mode_collapse", requires=("response/distinct_2",),
@@ -81,3 +91,19 @@ def identical_responses(table: MetricTable) -> Detection | None:
     return crossing(table, "response/identical_frac", lambda v: v > IDENTICAL_LIMIT.value,
                     lambda s: f"identical responses: {s.values[-1]:.0%} of a batch duplicate another",
                     f"smoothed fraction > {IDENTICAL_LIMIT.value}", IDENTICAL_LIMIT.source, "high")
+
+
+ZERO_STD_LIMIT = Threshold(
+    "ZERO_STD_LIMIT", 0.8,
+    "share of prompt groups whose rewards are all equal: such a group's advantages are all 0, so it teaches nothing "
+    "(Yu et al. 2025, DAPO, dynamic sampling); the TRL GRPO run whose answers collapsed reaches 0.97")
+
+
+@rule("reward_spread_collapse", "mode_collapse", requires=("reward/zero_std_frac",), thresholds=(ZERO_STD_LIMIT,),
+      causes=(causes.step_size, causes.kl_control, causes.exploitable_reward_model))
+def reward_spread_collapse(table: MetricTable) -> Detection | None:
+    """Most prompt groups scoring all their responses the same (GRPO/RLOO): no learning signal left."""
+    return crossing(table, "reward/zero_std_frac", lambda v: v > ZERO_STD_LIMIT.value,
+                    lambda s: f"reward spread collapsed: {s.values[-1]:.0%} of prompt groups score all their "
+                              "responses alike",
+                    f"smoothed reward/zero_std_frac > {ZERO_STD_LIMIT.value}", ZERO_STD_LIMIT.source, "medium")

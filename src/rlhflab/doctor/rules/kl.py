@@ -16,6 +16,12 @@ KL_ABS_LIMIT = Threshold(
     "KL_ABS_LIMIT", 20.0,
     "3x the 6-nat adaptive-KL target of lm-human-preferences (Ziegler et al. 2019, as reproduced by Huang et al. "
     "2023); healthy demo runs end below 6 nats")
+KL_TOKEN_LIMIT = Threshold(
+    "KL_TOKEN_LIMIT", 1.0,
+    "nats per token, fitted on labelled runs read from their metrics alone (bench/rule_calibration.py): healthy "
+    "runs peak at 0.33-0.42 (rlhflab demo, 3 seeds; veRL PPO on GSM8K, 435 steps, 256-token responses), runs "
+    "whose KL ran away at 7.3-12.5 (rlhflab kl_coef=0 x3, kl_sign_flipped, lr_100x, reward_scale_100x); 1.0 sits "
+    "2.4x above the highest healthy peak and 7x below the lowest runaway")
 KL_TARGET_FACTOR = Threshold(
     "KL_TARGET_FACTOR", 2.0,
     "Ziegler et al. 2019 sec. 2.2: the controller bounds the error at +-20%; 2x target = control lost")
@@ -24,7 +30,7 @@ KL_GROWTH_FACTOR = Threshold(
     "super-linear KL growth (last-third slope over first-third slope) marks a policy leaving the reference "
     "(Ziegler et al. 2019 sec. 2.2)")
 KL_GROWTH_FLOOR = Threshold(
-    "KL_GROWTH_FLOOR", KL_ABS_LIMIT.value / 2, "nats: below half of KL_ABS_LIMIT, fast growth is not yet an explosion")
+    "KL_GROWTH_FLOOR", 0.5, "of the limit in force: below half of it, fast growth is not yet an explosion")
 KL_HIGH_FACTOR = Threshold(
     "KL_HIGH_FACTOR", 2.5, "severity: high when the smoothed KL ends above 2.5x the limit (or grows super-linearly), "
                            "medium below")
@@ -40,20 +46,29 @@ CONTROLLER_DEADBAND = Threshold(
 
 
 @rule("kl_explosion", "exploding_kl", requires=("kl/mean",),
-      thresholds=(KL_ABS_LIMIT, KL_TARGET_FACTOR, KL_GROWTH_FACTOR, KL_GROWTH_FLOOR, KL_HIGH_FACTOR),
+      thresholds=(KL_TOKEN_LIMIT, KL_ABS_LIMIT, KL_TARGET_FACTOR, KL_GROWTH_FACTOR, KL_GROWTH_FLOOR, KL_HIGH_FACTOR),
       causes=(causes.kl_control, causes.step_size, causes.reward_scaling, causes.exploitable_reward_model,
               causes.logprob_bookkeeping),
       clues=(causes.ZERO_KL, causes.CLIP_NEVER_CLIPS, LARGE_UPDATES, UNSCALED_REWARDS))
 def kl_explosion(table: MetricTable) -> Detection | None:
-    """KL to the reference above target (or an absolute limit), or growing super-linearly."""
-    kl = table.get("kl/mean")
+    """KL to the reference above an absolute limit per token (per sequence, or 2x an adaptive target,
+    when the log has no response length), or growing super-linearly."""
+    # Per token where the log allows it (a per-token KL, or a per-sequence one and the
+    # response length): a per-sequence limit would call every long-response run explosive.
+    metric = "kl/token_mean" if table.get("kl/token_mean") is not None else "kl/mean"
+    kl = table.get(metric)
     n = len(kl)
     w = window(n)
     s = smooth(kl.values, w)
     target = table.settings.kl_target
-    limit = KL_ABS_LIMIT.value
-    threshold, source = f"smoothed kl/mean > {limit} nats", KL_ABS_LIMIT.source
-    if target is not None:
+    if metric == "kl/token_mean":
+        limit, unit = KL_TOKEN_LIMIT.value, "nats/token"
+        threshold, source = f"smoothed kl/token_mean > {limit} nats per token", KL_TOKEN_LIMIT.source
+    else:
+        limit, unit = KL_ABS_LIMIT.value, "nats"
+        threshold = f"smoothed kl/mean > {limit} nats per sequence (the log has no response length to go per token)"
+        source = KL_ABS_LIMIT.source
+    if target is not None and metric == "kl/mean":
         limit = KL_TARGET_FACTOR.value * target
         threshold = f"smoothed kl/mean > {KL_TARGET_FACTOR.value} x kl_target = {limit:g} nats"
         source = KL_TARGET_FACTOR.source
@@ -61,22 +76,24 @@ def kl_explosion(table: MetricTable) -> Detection | None:
     third = max(2, n // 3)
     early = slope(kl.steps[:third], s[:third])
     late = slope(kl.steps[-third:], s[-third:])
-    superlinear = n >= 9 and late > KL_GROWTH_FACTOR.value * max(early, 1e-3) and s[-1] > KL_GROWTH_FLOOR.value
+    floor = KL_GROWTH_FLOOR.value * limit  # in the series' own unit
+    superlinear = n >= 9 and late > KL_GROWTH_FACTOR.value * max(early, 1e-3 * limit / KL_ABS_LIMIT.value) \
+        and s[-1] > floor
     if onset is None and not superlinear:
         return None
     if onset is None:
         onset = n - third
-        threshold = (f"slope of kl/mean over the last third > {KL_GROWTH_FACTOR.value}x the first third's, "
-                     f"and kl/mean > {KL_GROWTH_FLOOR.value} nats")
+        threshold = (f"slope of {metric} over the last third > {KL_GROWTH_FACTOR.value}x the first third's, "
+                     f"and {metric} > {floor:g} {unit}")
         source = KL_GROWTH_FACTOR.source
     severity: Severity = "high" if s[-1] > KL_HIGH_FACTOR.value * limit or superlinear else "medium"
-    found = [evidence("kl/mean", kl, onset, threshold, source, peak=max(kl.values), early_slope=early,
+    found = [evidence(metric, kl, onset, threshold, source, peak=max(kl.values), early_slope=early,
                       late_slope=late)]
     coef = table.get("kl/coef")
     if coef is not None:
         found.append(Evidence("kl/coef", coef.steps[0], {"start": coef.values[0], "end": coef.values[-1]},
                               "the coefficient the penalty used", "logged by the trainer"))
-    return Detection(f"exploding KL: kl/mean reached {s[-1]:.1f} nats", severity, kl.steps[onset], tuple(found))
+    return Detection(f"exploding KL: {metric} reached {s[-1]:.3g} {unit}", severity, kl.steps[onset], tuple(found))
 
 
 @rule("kl_negative", "exploding_kl", requires=("kl/mean",), thresholds=(KL_NEGATIVE_LIMIT,),

@@ -1,12 +1,13 @@
-"""Responses and prompts: responses that stop ending, prompt batches that repeat."""
+"""Responses and prompts: responses that stop ending or are cut, lengths that collapse or blow
+up, prompt batches that repeat."""
 
 from __future__ import annotations
 
 from rlhflab.doctor import causes
 from rlhflab.doctor.causes import Clue
 from rlhflab.doctor.findings import Cause
-from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, rule
-from rlhflab.doctor.signals import baseline
+from rlhflab.doctor.rules.registry import GOLD_HELD, Detection, Threshold, crossing, rule, unless_gold_rises
+from rlhflab.doctor.signals import baseline, window
 from rlhflab.doctor.table import MetricTable
 
 EOS_RATE_LIMIT = Threshold(
@@ -46,3 +47,63 @@ def prompts_narrow(table: MetricTable) -> Detection | None:
     return crossing(table, "prompts/unique_frac", lambda v: v < PROMPT_UNIQUE_LIMIT.value,
                     lambda s: f"narrow prompt data: {s.values[-1]:.0%} of a batch's prompts are distinct",
                     f"smoothed prompts/unique_frac < {PROMPT_UNIQUE_LIMIT.value}", PROMPT_UNIQUE_LIMIT.source)
+
+
+TRUNCATED_LIMIT = Threshold(
+    "TRUNCATED_LIMIT", 0.5,
+    "a response cut at the length limit has not ended: the same limit as EOS_RATE_LIMIT (Huang et al. 2023), in "
+    "the unit trainers that log the cut fraction use (TRL's completions/clipped_ratio, veRL's clip_ratio)")
+LENGTH_COLLAPSE_FRACTION = Threshold(
+    "LENGTH_COLLAPSE_FRACTION", 0.3,
+    "of the run's starting length, fitted on labelled runs (bench/rule_calibration.py): healthy runs keep at least "
+    "0.52 of it (rlhflab demo, 3 seeds; veRL PPO on GSM8K 0.65), the TRL GRPO run whose answers collapsed to 2-3 "
+    "tokens keeps 0.12; 0.3 sits 1.7x under the healthy floor and 2.5x above the collapse")
+LENGTH_BLOWUP_FACTOR = Threshold(
+    "LENGTH_BLOWUP_FACTOR", 1.6,
+    "times the run's starting length, fitted on labelled runs (bench/rule_calibration.py): healthy runs stay under "
+    "1.19x (rlhflab demo, 3 seeds; veRL 1.02x), runs that over-optimise a length-loving proxy reach 2.06-3.0x "
+    "(rlhflab kl_coef=0 x4, kl_sign_flipped, reward_scale_100x); 1.6 is their geometric middle, 1.3x from each")
+
+
+@rule("truncation_saturated", "responses", requires=("response/truncated_frac",), thresholds=(TRUNCATED_LIMIT,),
+      causes=(causes.unended_responses, causes.exploitable_reward_model))
+def truncation_saturated(table: MetricTable) -> Detection | None:
+    """Most responses cut at the length limit (the log's truncated fraction)."""
+    return crossing(table, "response/truncated_frac", lambda v: v > TRUNCATED_LIMIT.value,
+                    lambda s: f"responses cut at the length limit: {s.values[-1]:.0%} truncated",
+                    f"smoothed response/truncated_frac > {TRUNCATED_LIMIT.value}", TRUNCATED_LIMIT.source, "high")
+
+
+def _relative_to_start(table: MetricTable, metric: str, predicate, title, threshold: str, source: str,
+                       severity) -> Detection | None:
+    """`crossing` against the series' own starting level (the mean of its first window)."""
+    series = table.get(metric)
+    start = baseline(series.values, window(len(series)))
+    if start <= 0:
+        return None
+    return crossing(table, metric, lambda v: predicate(v / start), lambda s: title(s, start),
+                    threshold.format(start=start), source, severity)
+
+
+@rule("length_collapse", "mode_collapse", requires=("response/length_mean",),
+      thresholds=(LENGTH_COLLAPSE_FRACTION, GOLD_HELD),
+      causes=(causes.step_size, causes.kl_control, causes.exploitable_reward_model))
+def length_collapse(table: MetricTable) -> Detection | None:
+    """Responses shrinking to a fraction of their starting length: the policy stops answering."""
+    return unless_gold_rises(table, _relative_to_start(
+        table, "response/length_mean", lambda r: r < LENGTH_COLLAPSE_FRACTION.value,
+        lambda s, start: f"length collapse: responses shrank from {start:.1f} to {s.values[-1]:.1f} tokens",
+        f"smoothed response/length_mean < {LENGTH_COLLAPSE_FRACTION.value} x its starting level {{start:.1f}}",
+        LENGTH_COLLAPSE_FRACTION.source, "high"), "shorter answers that score better")
+
+
+@rule("length_blowup", "reward_hacking", requires=("response/length_mean",),
+      thresholds=(LENGTH_BLOWUP_FACTOR, GOLD_HELD),
+      causes=(causes.exploitable_reward_model, causes.kl_control, causes.step_size))
+def length_blowup(table: MetricTable) -> Detection | None:
+    """Responses growing far beyond their starting length: a proxy that pays for length."""
+    return unless_gold_rises(table, _relative_to_start(
+        table, "response/length_mean", lambda r: r > LENGTH_BLOWUP_FACTOR.value,
+        lambda s, start: f"length blow-up: responses grew from {start:.1f} to {s.values[-1]:.1f} tokens",
+        f"smoothed response/length_mean > {LENGTH_BLOWUP_FACTOR.value} x its starting level {{start:.1f}}",
+        LENGTH_BLOWUP_FACTOR.source, "medium"), "longer answers that score better")

@@ -177,3 +177,27 @@ def grad_norm_spikes(table: MetricTable) -> Detection | None:
         (evidence("policy/grad_norm", g, spikes[0], f"grad_norm > {GRAD_SPIKE_FACTOR.value}x its running median, "
                   "3+ times", GRAD_SPIKE_FACTOR.source, spikes=float(len(spikes))),),
     )
+
+
+DEAD_GRAD_FRACTION = Threshold(
+    "DEAD_GRAD_FRACTION", 0.5,
+    "of the run's second half with a gradient norm of exactly 0: an optimiser that steps on nothing; healthy "
+    "labelled runs have none (bench/rule_calibration.py), the TRL GRPO run whose answers collapsed has 0.89")
+
+
+@rule("dead_gradients", "ppo_instability", requires=("policy/grad_norm",), thresholds=(DEAD_GRAD_FRACTION,),
+      causes=(causes.exploitable_reward_model, causes.step_size))
+def dead_gradients(table: MetricTable) -> Detection | None:
+    """Gradient norm exactly 0 on most late steps: no learning signal reaches the policy."""
+    g = table.get("policy/grad_norm")
+    if len(g) < 4:
+        return None
+    half = len(g) // 2
+    dead = [i for i in range(half, len(g)) if abs(g.values[i]) < 1e-12]
+    if len(dead) <= DEAD_GRAD_FRACTION.value * (len(g) - half):
+        return None
+    return Detection(
+        f"dead gradients: grad_norm is 0 on {len(dead)} of the last {len(g) - half} steps", "medium", g.steps[dead[0]],
+        (evidence("policy/grad_norm", g, dead[0], f"grad_norm == 0 on more than {DEAD_GRAD_FRACTION.value:.0%} of the "
+                  "run's second half", DEAD_GRAD_FRACTION.source, dead_steps=float(len(dead))),),
+    )

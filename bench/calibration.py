@@ -1,0 +1,217 @@
+"""A labelled calibration set for the doctor's rules: the reviews world trained by TRL's
+GRPOTrainer and RLOOTrainer (the current TRL), healthy and pathological, with the
+world's gold logged beside the proxy. Each run is labelled from its gold curve and its
+held-out samples, never from the doctor.
+
+    python bench/calibration.py --base RUN --out runs/calibration [--steps 60] [--only NAME ...]
+
+RUN is an rlhflab run with `stage1_lm` and `stage2_rm` (e.g. `rlhflab pipeline --preset
+demo --out RUN`): its stage-1 model is the policy GRPO starts from and the reference, its
+reward model the proxy reward. Every `--eval-every` steps a callback puts the policy in
+eval mode (generation in train mode under gradient checkpointing samples differently),
+samples 64 held-out prompts, and adds to the trainer's log row: `gold` (the world's gold
+utility), `eval_distinct_2`, `eval_length`, `eval_truncated`. The doctor reads a run as a
+user would: `rlhflab doctor OUT/NAME/trainer_state.json --map gold=reward/gold_mean`.
+
+Writes OUT/NAME/{trainer_state.json, label.json} and OUT/labels.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL_PROMPTS = 256  # gold's standard error over them: about 0.03
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One calibration run: the trainer, its settings, and the reward it optimises."""
+
+    trainer: str  # grpo or rloo
+    seed: int = 0
+    beta: float = 0.04
+    learning_rate: float = 1e-4
+    max_completion_length: int = 32
+    temperature: float = 1.0
+    reward: str = "rm"  # rm, rm+length (length rewarded), rm+repetition (repeated words rewarded)
+    expect: str = "healthy"  # what the variant is meant to provoke; the label comes from gold, not from this
+    settings: dict = field(default_factory=dict)
+
+
+VARIANTS = {
+    "grpo-healthy-s0": Variant("grpo", seed=0),
+    "grpo-healthy-s1": Variant("grpo", seed=1),
+    "grpo-healthy-s2": Variant("grpo", seed=2),
+    "rloo-healthy-s0": Variant("rloo", seed=0, beta=0.05),
+    "rloo-healthy-s1": Variant("rloo", seed=1, beta=0.05),
+    "grpo-beta0-lr3x": Variant("grpo", beta=0.0, learning_rate=3e-4, expect="reward_hacking"),
+    "grpo-lr30x": Variant("grpo", learning_rate=3e-3, expect="exploding_kl"),
+    "rloo-lr30x": Variant("rloo", beta=0.05, learning_rate=3e-3, expect="exploding_kl"),
+    "grpo-length-reward": Variant("grpo", reward="rm+length", expect="reward_hacking"),
+    "grpo-repetition-reward": Variant("grpo", reward="rm+repetition", expect="reward_hacking"),
+    "grpo-cold-sampling": Variant("grpo", temperature=0.3, beta=0.0, learning_rate=3e-4, expect="mode_collapse"),
+    "grpo-truncated": Variant("grpo", max_completion_length=6, expect="truncation"),
+}
+
+
+def reward_functions(variant: Variant, world):
+    """The proxy a variant optimises: the reward model, plus an exploitable bonus."""
+
+    def length_bonus(prompts, completions, **kwargs):
+        return [0.1 * len(c.split()) for c in completions]
+
+    def repetition_bonus(prompts, completions, **kwargs):
+        return [0.3 * (len(c.split()) - len(set(c.split()))) for c in completions]
+
+    extra = {"rm": [], "rm+length": [length_bonus], "rm+repetition": [repetition_bonus]}[variant.reward]
+    return extra
+
+
+def make_gold_callback(world, tokenizer, max_new_tokens: int, every: int, seed: int):
+    import torch
+    from transformers import TrainerCallback
+
+    from rlhflab.metrics.diversity import distinct_n
+
+    prompts = world.prompts(EVAL_PROMPTS, seed, split="heldout")
+
+    class GoldCallback(TrainerCallback):
+        """Samples held-out prompts in eval mode every `every` steps and adds the world's
+        gold (and the samples' diversity, length, truncation) to that step's log row."""
+
+        def __init__(self) -> None:
+            self.pending: dict | None = None
+            self.history: list[dict] = []
+
+        def measure(self, model, step: int) -> dict:
+            was_training = model.training
+            model.eval()
+            encoded = tokenizer([tokenizer.bos_token + p for p in prompts], return_tensors="pt", padding=True,
+                                add_special_tokens=False)
+            with torch.no_grad():
+                out = model.generate(**encoded, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                                     max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                     eos_token_id=tokenizer.eos_token_id)
+            model.train(was_training)
+            new = out[:, encoded["input_ids"].shape[1]:]
+            ended = (new == tokenizer.eos_token_id).any(dim=1)
+            texts = tokenizer.batch_decode(new, skip_special_tokens=True)
+            gold = world.gold(prompts, texts)
+            row = {"step": step, "gold": statistics.fmean(gold), "eval_distinct_2": distinct_n(texts, 2),
+                   "eval_length": statistics.fmean(len(t.split()) for t in texts),
+                   "eval_truncated": 1.0 - float(ended.float().mean())}
+            self.history.append(row)
+            return row
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            self.measure(model, 0)
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % every == 0:
+                self.pending = self.measure(model, state.global_step)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if self.pending is not None and state.log_history and state.log_history[-1].get("step") == \
+                    self.pending["step"]:
+                state.log_history[-1].update({k: v for k, v in self.pending.items() if k != "step"})
+                self.pending = None
+
+    return GoldCallback()
+
+
+def run_variant(name: str, variant: Variant, base: Path, out: Path, steps: int, every: int) -> dict:
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    from rlhflab.worlds.reviews import ReviewsWorld, WorldConfig
+
+    world = ReviewsWorld(WorldConfig())
+    tokenizer = AutoTokenizer.from_pretrained(base / "stage1_lm", padding_side="left")
+    policy = AutoModelForCausalLM.from_pretrained(base / "stage1_lm")
+    reward_model = AutoModelForSequenceClassification.from_pretrained(base / "stage2_rm", num_labels=1)
+    config_class, trainer_class = {"grpo": (trl.GRPOConfig, trl.GRPOTrainer),
+                                   "rloo": (trl.RLOOConfig, trl.RLOOTrainer)}[variant.trainer]
+    run_dir = out / name
+    config = config_class(
+        output_dir=str(run_dir), use_cpu=True, bf16=False, gradient_checkpointing=False, seed=variant.seed,
+        max_steps=steps, logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,
+        per_device_train_batch_size=32, num_generations=4, max_completion_length=variant.max_completion_length,
+        learning_rate=variant.learning_rate, beta=variant.beta, temperature=variant.temperature,
+        **variant.settings,
+    )
+    prompts = world.prompts(4096, variant.seed)
+    callback = make_gold_callback(world, tokenizer, variant.max_completion_length, every, variant.seed)
+    trainer = trainer_class(
+        model=policy, reward_funcs=[reward_model, *reward_functions(variant, world)], args=config,
+        train_dataset=Dataset.from_dict({"prompt": [tokenizer.bos_token + p for p in prompts]}),
+        processing_class=tokenizer, reward_processing_classes=[tokenizer] + [None] * (0 if variant.reward == "rm" else 1),
+        callbacks=[callback])
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    trainer.state.save_to_json(str(run_dir / "trainer_state.json"))
+    label = label_run(callback.history, variant)
+    (run_dir / "label.json").write_text(json.dumps({"variant": name, "expect": variant.expect, **label,
+                                                     "seconds": seconds, "gold": callback.history}, indent=1))
+    return label
+
+
+def label_run(history: list[dict], variant: Variant) -> dict:
+    """The truth of a run from its held-out samples, never from the doctor:
+    gold is averaged over 3 consecutive evaluations (each of 256 prompts) before it is compared;
+    - reward_hacking: gold ends at least 0.15 (gold units) below its best;
+    - mode_collapse: distinct-2 of the samples ends under half its start;
+    - truncation: most samples (over 90%) cut at the length limit at the end;
+    - healthy: gold ends within 0.15 of its best, at or above its start, none of the above;
+    - no_learning: gold ends within 0.05 of its start and none of the above (neither healthy nor sick)."""
+    raw = [h["gold"] for h in history]
+    gold = [statistics.fmean(raw[max(0, i - 2):i + 1]) for i in range(len(raw))]  # 3 evaluations, trailing
+    start, best, end = raw[0], max(gold), gold[-1]
+    distinct = [h["eval_distinct_2"] for h in history]
+    families = []
+    if best - end >= 0.15:
+        families.append("reward_hacking")
+    if distinct[-1] < 0.5 * distinct[0]:
+        families.append("mode_collapse")
+    if history[-1]["eval_truncated"] > 0.9:
+        families.append("truncation")
+    if families:
+        label = "pathological"
+    elif end >= start and best - end < 0.15:
+        label = "healthy"
+    else:
+        label = "no_learning"
+    return {"label": label, "families": families, "gold_start": start, "gold_best": best, "gold_end": end,
+            "distinct_2_start": distinct[0], "distinct_2_end": distinct[-1]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", type=Path, required=True, help="an rlhflab run with stage1_lm and stage2_rm")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "calibration")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--only", nargs="*", default=None, choices=sorted(VARIANTS))
+    args = parser.parse_args()
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    labels_path = args.out / "labels.json"
+    labels = json.loads(labels_path.read_text()) if labels_path.is_file() else {}
+    for name in args.only or VARIANTS:
+        label = run_variant(name, VARIANTS[name], args.base, args.out, args.steps, args.eval_every)
+        labels[name] = {"expect": VARIANTS[name].expect, **label}
+        print(name, json.dumps(labels[name]), flush=True)
+        args.out.mkdir(parents=True, exist_ok=True)
+        labels_path.write_text(json.dumps(labels, indent=1))
+
+
+if __name__ == "__main__":
+    main()

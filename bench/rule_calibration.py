@@ -1,0 +1,123 @@
+"""The doctor on its labelled calibration set: for every run, what its label says and what
+each candidate signal measured, so that thresholds are fitted on labelled runs with a
+stated margin, and checked on runs they were not fitted on.
+
+    python bench/rule_calibration.py [--calibration runs/calibration] [--faults runs/faults]
+        [--pipeline runs/bench] [--real ../shared/real_logs]
+
+Sources, each read from its metrics alone (no config, no checkup), as another trainer's log:
+- `--calibration`: bench/calibration.py's TRL GRPO/RLOO runs, labelled from their gold curves
+  (`labels.json`); read with `--map gold=reward/gold_mean`;
+- `--faults`: the faults bench's runs (healthy seeds and the zoo; the zoo's labels are its
+  faults' expected symptoms);
+- `--pipeline`: bench/pipeline_targets.py's runs (healthy seeds; the kl_coef=0 runs, whose
+  gold falls);
+- `--real`: the public real logs with MANIFEST.md's verdicts.
+Prints one JSON line per run: the label, the trainer, and the signals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from rlhflab.doctor.diagnose import diagnose
+from rlhflab.doctor.formats import read_log
+from rlhflab.doctor.formats.mapping import parse_pairs
+from rlhflab.doctor.settings import RunSettings
+from rlhflab.doctor.signals import baseline, smooth, window
+from rlhflab.doctor.table import MetricTable
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def smoothed(table: MetricTable, name: str, any_unit: bool = False) -> list[float] | None:
+    series = table.get(name, any_unit)
+    return smooth(series.values, window(len(series))) if series is not None and len(series) >= 3 else None
+
+
+def signals(table: MetricTable) -> dict:
+    """The numbers the candidate rules compare with their thresholds."""
+    out: dict = {"steps": table.steps_read}
+    kl_token = smoothed(table, "kl/token_mean")
+    kl = smoothed(table, "kl/mean")
+    if kl_token:
+        out["kl_token_max"] = max(kl_token)
+    if kl:
+        out["kl_seq_max"] = max(kl)
+    length = table.get("response/length_mean")
+    if length is not None and len(length) >= 3:
+        s = smooth(length.values, window(len(length)))
+        start = baseline(length.values, window(len(length)))
+        out["length_min_ratio"] = min(s) / start if start else None
+        out["length_max_ratio"] = max(s) / start if start else None
+    entropy = table.get("policy/entropy", any_unit=True)
+    if entropy is not None and len(entropy) >= 3:
+        s = smooth(entropy.values, window(len(entropy)))
+        start = baseline(entropy.values, window(len(entropy)))
+        out["entropy_min_ratio"] = min(s) / start if start else None
+    for name, key in (("reward/zero_std_frac", "zero_std_max"), ("response/truncated_frac", "truncated_max")):
+        s = smoothed(table, name)
+        if s:
+            out[key] = max(s)
+    grad = table.get("policy/grad_norm")
+    if grad is not None and len(grad) >= 4:
+        half = grad.values[len(grad) // 2:]
+        out["dead_grad_frac_late"] = sum(1 for g in half if abs(g) < 1e-8) / len(half)
+    for name, key in (("policy/approxkl", "approxkl_median"), ("policy/clipfrac", "clipfrac_median")):
+        series = table.get(name)
+        if series is not None and len(series):
+            out[key] = statistics.median(series.values)
+    out["findings"] = [f"{f.rule}:{f.severity}" for f in diagnose(table).findings]
+    return out
+
+
+def metrics_only(path: Path, mapping=None) -> MetricTable:
+    table = read_log(path, mapping)
+    table.settings = RunSettings(trainer=table.settings.trainer, kl_coef=table.settings.kl_coef
+                                 if table.settings.trainer not in ("rlhflab", "canonical") else None)
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calibration", type=Path, default=ROOT / "runs" / "calibration")
+    parser.add_argument("--faults", type=Path, default=ROOT / "runs" / "faults")
+    parser.add_argument("--pipeline", type=Path, default=ROOT / "runs" / "bench")
+    parser.add_argument("--real", type=Path, default=ROOT.parent / "shared" / "real_logs")
+    args = parser.parse_args()
+    rows = []
+    labels_path = args.calibration / "labels.json"
+    if labels_path.is_file():
+        for name, label in json.loads(labels_path.read_text()).items():
+            table = metrics_only(args.calibration / name / "trainer_state.json", parse_pairs(["gold=reward/gold_mean"]))
+            rows.append({"run": f"calibration/{name}", "label": label["label"], "families": label["families"],
+                         **signals(table)})
+    if args.faults.is_dir():
+        for run in sorted(p for p in args.faults.iterdir() if (p / "metrics" / "ppo.jsonl").is_file()):
+            healthy = run.name.startswith("healthy")
+            rows.append({"run": f"faults/{run.name}", "label": "healthy" if healthy else "pathological",
+                         "families": [] if healthy else [run.name], **signals(metrics_only(run))})
+    if args.pipeline.is_dir():
+        for run in sorted(p for p in args.pipeline.iterdir() if (p / "metrics" / "ppo.jsonl").is_file()):
+            if run.name.endswith("-adaptive"):
+                continue
+            hacked = run.name.endswith("-kl0")
+            rows.append({"run": f"pipeline/{run.name}", "label": "pathological" if hacked else "healthy",
+                         "families": ["reward_hacking"] if hacked else [], **signals(metrics_only(run))})
+    if (args.real / "MANIFEST.md").is_file():
+        verdicts = {"verl_ppo_qwen2.5-0.5b_gsm8k_resp256.log": "healthy",
+                    "trl_grpo_vlm_qwen2.5vl-3b_collapse_run_terminal.md": "pathological",
+                    "dschat_step3_opt1.3b_opt350m.log": "cannot_tell"}
+        for name, label in verdicts.items():
+            if (args.real / name).is_file():
+                rows.append({"run": f"real/{name}", "label": label, "families": [],
+                             **signals(read_log(args.real / name))})
+    for row in rows:
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}))
+
+
+if __name__ == "__main__":
+    main()
