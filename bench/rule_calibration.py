@@ -13,7 +13,8 @@ Sources, each read from its metrics alone (no config, no checkup), as another tr
 - `--pipeline`: bench/pipeline_targets.py's runs (healthy seeds; the kl_coef=0 runs, whose
   gold falls);
 - `--real`: the public real logs with MANIFEST.md's verdicts.
-Prints one JSON line per run: the label, the trainer, and the signals.
+Prints one JSON line per run: the label, the trainer, and the signals; with `--doc`,
+writes the per-rule and per-run tables to that file's "Calibration" section.
 """
 
 from __future__ import annotations
@@ -23,14 +24,17 @@ import json
 import statistics
 from pathlib import Path
 
+from benchlib import replace_section
 from rlhflab.doctor.diagnose import diagnose
 from rlhflab.doctor.formats import read_log
 from rlhflab.doctor.formats.mapping import parse_pairs
+from rlhflab.doctor.rules import RULES
 from rlhflab.doctor.settings import RunSettings
 from rlhflab.doctor.signals import baseline, smooth, window
 from rlhflab.doctor.table import MetricTable
 
 ROOT = Path(__file__).resolve().parents[1]
+START, END = "<!-- calibration:start -->", "<!-- calibration:end -->"
 
 
 def smoothed(table: MetricTable, name: str, any_unit: bool = False) -> list[float] | None:
@@ -70,8 +74,38 @@ def signals(table: MetricTable) -> dict:
         series = table.get(name)
         if series is not None and len(series):
             out[key] = statistics.median(series.values)
-    out["findings"] = [f"{f.rule}:{f.severity}" for f in diagnose(table).findings]
+    diagnosis = diagnose(table)
+    out["findings"] = [f"{f.rule}:{f.severity}" for f in diagnosis.findings]
+    out["verdict"] = diagnosis.verdict
     return out
+
+
+def render(rows: list[dict], command: str) -> str:
+    """The per-rule table (how often each rule fired at medium or high severity on healthy
+    and on pathological runs) and the per-run table."""
+    healthy = [r for r in rows if r["label"] == "healthy"]
+    sick = [r for r in rows if r["label"] == "pathological"]
+
+    def fired(rule: str, runs: list[dict]) -> int:
+        return sum(any(f in (f"{rule}:high", f"{rule}:medium") for f in r["findings"]) for r in runs)
+
+    lines = [START, "### Calibration", "",
+             f"Command: `{command}`. Every run read from its metrics alone (no config, no checkup), labelled from its "
+             "gold curve (TRL runs: bench/calibration.py), by its fault (the zoo), or by MANIFEST.md (real logs), "
+             "never by the doctor.", "",
+             f"| rule | fired on healthy runs ({len(healthy)}) | fired on pathological runs ({len(sick)}) |",
+             "|---|---|---|"]
+    lines += [f"| `{rule.name}` | {fired(rule.name, healthy)} | {fired(rule.name, sick)} |" for rule in RULES]
+    lines += ["", "| run | label | its truth | verdict | findings (medium or high) |", "|---|---|---|---|---|"]
+    for r in rows:
+        serious = [f.split(":")[0] for f in r["findings"] if not f.endswith(":low")]
+        lines.append(f"| {r['run']} | {r['label']} | {', '.join(r['families']) or '-'} | {r['verdict']} | "
+                     f"{', '.join(serious) or 'none'} |")
+    healthy_ok = sum(1 for r in healthy if r["verdict"] != "finding")
+    sick_ok = sum(1 for r in sick if r["verdict"] == "finding")
+    lines += ["", f"Healthy runs without a finding of medium or high severity: {healthy_ok} of {len(healthy)}; "
+              f"pathological runs with one: {sick_ok} of {len(sick)}.", END]
+    return "\n".join(lines) + "\n"
 
 
 def metrics_only(path: Path, mapping=None) -> MetricTable:
@@ -87,6 +121,7 @@ def main() -> None:
     parser.add_argument("--faults", type=Path, default=ROOT / "runs" / "faults")
     parser.add_argument("--pipeline", type=Path, default=ROOT / "runs" / "bench")
     parser.add_argument("--real", type=Path, default=ROOT.parent / "shared" / "real_logs")
+    parser.add_argument("--doc", type=Path, default=None, help="write the tables into this markdown file")
     args = parser.parse_args()
     rows = []
     labels_path = args.calibration / "labels.json"
@@ -117,6 +152,9 @@ def main() -> None:
                              **signals(read_log(args.real / name))})
     for row in rows:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}))
+    if args.doc is not None:
+        replace_section(args.doc, START, END, render(rows, "python bench/rule_calibration.py --calibration "
+                                                           "runs/calibration --faults runs/faults --pipeline runs/bench"))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from rlhflab.doctor.rules.registry import (
     unless_gold_rises,
 )
 from rlhflab.doctor.rules.responses import REPEATED_PROMPTS
-from rlhflab.doctor.rules.update import LARGE_UPDATES
+from rlhflab.doctor.rules.update import LARGE_FIRST_UPDATE, LARGE_UPDATES
 from rlhflab.doctor.signals import baseline, first_where, smooth, window
 from rlhflab.doctor.table import MetricTable
 
@@ -32,7 +32,8 @@ SELF_BLEU_RISE = Threshold(
 IDENTICAL_LIMIT = Threshold(
     "IDENTICAL_LIMIT", 0.3, "sampling at T=1 from a healthy policy almost never repeats a whole response (demo: < 5%)")
 
-COLLAPSE_CLUES = (causes.ZERO_KL, causes.NEGATIVE_ENTROPY_COEF, causes.CLIP_NEVER_CLIPS, REPEATED_PROMPTS)
+COLLAPSE_CLUES = (causes.ZERO_KL, causes.NEGATIVE_ENTROPY_COEF, causes.CLIP_NEVER_CLIPS, REPEATED_PROMPTS,
+                  LARGE_FIRST_UPDATE)
 
 
 @rule("entropy_collapse", "mode_collapse", requires=("policy/entropy",), thresholds=(ENTROPY_FRACTION, GOLD_HELD),

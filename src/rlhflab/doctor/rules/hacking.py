@@ -7,9 +7,10 @@ from typing import Callable
 
 from rlhflab.doctor import causes
 from rlhflab.doctor.findings import Evidence
-from rlhflab.doctor.rules.kl import KL_ABS_LIMIT
+from rlhflab.doctor.rules.kl import KL_ABS_LIMIT, KL_TOKEN_LIMIT
 from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule
 from rlhflab.doctor.rules.reward_model import RM_SCORES_LENGTH, RM_WEAK
+from rlhflab.doctor.rules.update import LARGE_FIRST_UPDATE, UNSCALED_REWARDS
 from rlhflab.doctor.signals import baseline, first_where, smooth, window
 from rlhflab.doctor.table import MetricTable, aligned
 
@@ -34,7 +35,7 @@ EOS_DROP = Threshold(
 DISTINCT2_DRIFT = Threshold("DISTINCT2_DRIFT", 0.7, "the pipeline's diversity target keeps 70% of the start")
 
 HACKING_CAUSES = (causes.kl_control, causes.exploitable_reward_model)
-HACKING_CLUES = (causes.ZERO_KL, RM_SCORES_LENGTH, RM_WEAK)
+HACKING_CLUES = (causes.ZERO_KL, RM_SCORES_LENGTH, RM_WEAK, UNSCALED_REWARDS, LARGE_FIRST_UPDATE)
 
 
 @rule("reward_hacking_gold", "reward_hacking", requires=("reward/proxy_mean", "reward/gold_mean"),
@@ -88,8 +89,13 @@ def reward_hacking_proxy(table: MetricTable) -> Detection | None:
         if onset is not None:
             signals.append((series.steps[onset], evidence(metric, series, onset, threshold, source)))
 
-    drift("kl/mean", lambda v, s: v > HACK_KL.value, f"kl/mean > {HACK_KL.value} nats while proxy rises",
-          HACK_KL.source)
+    if table.get("kl/token_mean") is not None:  # per token where the log allows it, as kl_explosion
+        per_token = HACK_KL.value / KL_ABS_LIMIT.value * KL_TOKEN_LIMIT.value
+        drift("kl/token_mean", lambda v, s: v > per_token, f"kl/token_mean > {per_token:g} nats per token while "
+              "proxy rises", f"{HACK_KL.value / KL_ABS_LIMIT.value:g} of KL_TOKEN_LIMIT, as HACK_KL of KL_ABS_LIMIT")
+    else:
+        drift("kl/mean", lambda v, s: v > HACK_KL.value, f"kl/mean > {HACK_KL.value} nats while proxy rises",
+              HACK_KL.source)
     drift("response/length_mean", lambda v, s: abs(v - s) > LENGTH_DRIFT.value * s,
           f"mean length moved more than {LENGTH_DRIFT.value:.0%} from its start", LENGTH_DRIFT.source)
     drift("response/eos_rate", lambda v, s: v < s - EOS_DROP.value, f"EOS rate fell more than {EOS_DROP.value}",

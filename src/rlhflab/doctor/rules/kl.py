@@ -8,7 +8,7 @@ import math
 from rlhflab.doctor import causes
 from rlhflab.doctor.findings import Evidence, Severity
 from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule
-from rlhflab.doctor.rules.update import LARGE_UPDATES, UNSCALED_REWARDS
+from rlhflab.doctor.rules.update import LARGE_FIRST_UPDATE, LARGE_UPDATES, UNSCALED_REWARDS
 from rlhflab.doctor.signals import first_where, slope, smooth, sustained, window
 from rlhflab.doctor.table import MetricTable, aligned
 
@@ -49,7 +49,7 @@ CONTROLLER_DEADBAND = Threshold(
       thresholds=(KL_TOKEN_LIMIT, KL_ABS_LIMIT, KL_TARGET_FACTOR, KL_GROWTH_FACTOR, KL_GROWTH_FLOOR, KL_HIGH_FACTOR),
       causes=(causes.kl_control, causes.step_size, causes.reward_scaling, causes.exploitable_reward_model,
               causes.logprob_bookkeeping),
-      clues=(causes.ZERO_KL, causes.CLIP_NEVER_CLIPS, LARGE_UPDATES, UNSCALED_REWARDS))
+      clues=(causes.ZERO_KL, causes.CLIP_NEVER_CLIPS, LARGE_UPDATES, UNSCALED_REWARDS, LARGE_FIRST_UPDATE))
 def kl_explosion(table: MetricTable) -> Detection | None:
     """KL to the reference above an absolute limit per token (per sequence, or 2x an adaptive target,
     when the log has no response length), or growing super-linearly."""

@@ -51,6 +51,23 @@ def _unscaled_rewards(table: MetricTable) -> Cause | None:
     return None
 
 
+FIRST_UPDATE_LIMIT = Threshold(
+    "FIRST_UPDATE_LIMIT", 3.0,
+    "approx-KL of the first logged update, 10x APPROXKL_LIMIT; fitted on the zoo read from metrics alone "
+    "(bench/rule_calibration.py): lr_100x 88, every other fault and healthy seed 0.86 or less")
+
+
+def _large_first_update(table: MetricTable) -> Cause | None:
+    approxkl = table.get("policy/approxkl")
+    if approxkl is not None and approxkl.values[0] > FIRST_UPDATE_LIMIT.value:
+        return Cause("ppo_hyperparameters", f"the first update moved the policy by an approx-KL of "
+                                            f"{approxkl.values[0]:.1f}: the step size (learning rate) is far too large",
+                     None)
+    return None
+
+
+LARGE_FIRST_UPDATE = Clue("large_first_update", 8, _large_first_update,
+                          "the first `policy/approxkl` > FIRST_UPDATE_LIMIT")
 LARGE_UPDATES = Clue("large_updates", 3, _large_updates,
                      "mean `policy/approxkl` > APPROXKL_LIMIT or mean `policy/clipfrac` > CLIPFRAC_LIMIT")
 UNSCALED_REWARDS = Clue("unscaled_rewards", 4, _unscaled_rewards, "mean `adv/std` > ADV_STD_LIMIT")
@@ -61,7 +78,7 @@ NON_FINITE_CAUSES = (causes.reward_scaling, causes.step_size, causes.logprob_boo
 @rule("ratio_off", "ppo_instability", requires=("policy/ratio_mean",),
       thresholds=(RATIO_LOW, RATIO_HIGH, RATIO_MAX_LIMIT),
       causes=(causes.logprob_bookkeeping, causes.step_size, causes.advantages_values),
-      clues=(causes.CLIP_NEVER_CLIPS,))
+      clues=(causes.CLIP_NEVER_CLIPS, UNSCALED_REWARDS, LARGE_FIRST_UPDATE))
 def ratio_off(table: MetricTable) -> Detection | None:
     """The policy/old ratio far from 1 on average, or exploding on some token."""
     mean_ratio = table.get("policy/ratio_mean")
