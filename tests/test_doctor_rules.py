@@ -489,3 +489,9 @@ def test_running_medians_equal_the_median_of_each_prefix():
     values = [rng.choice([rng.random(), 2.0, 0.0]) for _ in range(150)]
     assert running_medians(values) == [sorted(values[:i])[i // 2] for i in range(1, len(values))]
     assert running_medians([]) == [] and running_medians([1.0]) == []
+
+
+@firing_trace("no_learning")
+def proxy_flat_while_the_policy_moves():
+    records = modify(healthy_records(26, gold=False), 0, reward__proxy_mean=lambda k, old: 0.3 + 0.05 * math.sin(k))
+    return Trace(table_of(records), "no_learning", N - N // 16, tolerance=0)

@@ -263,7 +263,7 @@ def test_grpo_and_rloo_logs_of_the_real_trainers_read_alike_from_every_file_they
                                                                      abs=1e-4)
     assert any("positions among the dicts" in n for n in console.notes)
     # Random weights rarely sample EOS within 16 tokens: every completion is cut at the limit, and said.
-    assert [f.rule for f in diagnose(state).findings] == ["truncation_saturated"]
+    assert [f.rule for f in diagnose(state).findings if f.severity != "low"] == ["truncation_saturated"]
 
 
 def test_ppo_log_of_the_real_trl_1_12_trainer():
@@ -275,7 +275,7 @@ def test_ppo_log_of_the_real_trl_1_12_trainer():
     assert state.settings.batch_size == 8  # episodes per step
     assert 0 <= min(state.get("response/eos_rate").values) <= max(state.get("response/eos_rate").values) <= 1
     # Random weights rarely sample EOS: the doctor says the responses never end.
-    assert [f.rule for f in diagnose(state).findings] == ["responses_never_end"]
+    assert [f.rule for f in diagnose(state).findings if f.severity != "low"] == ["responses_never_end"]
 
 
 def test_tensorboard_scalars_as_tf2_tensors_and_a_file_cut_short(tmp_path: Path):

@@ -3,11 +3,13 @@ numbers and gradient spikes."""
 
 from __future__ import annotations
 
+import statistics
+
 from rlhflab.doctor import causes
 from rlhflab.doctor.causes import Clue
 from rlhflab.doctor.findings import Cause, Evidence
 from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, mean, persistence, rule
-from rlhflab.doctor.signals import first_where, rolling_median, running_medians, smooth, window
+from rlhflab.doctor.signals import baseline, first_where, rolling_median, running_medians, smooth, window
 from rlhflab.doctor.table import MetricTable
 
 RATIO_LOW = Threshold("RATIO_LOW", 0.8, "TRL logging docs: val/ratio should float around 1.0")
@@ -217,4 +219,31 @@ def dead_gradients(table: MetricTable) -> Detection | None:
         f"dead gradients: grad_norm is 0 on {len(dead)} of the last {len(g) - half} steps", "medium", g.steps[dead[0]],
         (evidence("policy/grad_norm", g, dead[0], f"grad_norm == 0 on more than {DEAD_GRAD_FRACTION.value:.0%} of the "
                   "run's second half", DEAD_GRAD_FRACTION.source, dead_steps=float(len(dead))),),
+    )
+
+
+NO_LEARNING_NOISE = Threshold(
+    "NO_LEARNING_NOISE", 0.5,
+    "of the proxy's own step-to-step noise (the standard deviation of its first window): a run whose proxy ends no "
+    "higher than that above its start has not learned what it is rewarded for")
+
+
+@rule("no_learning", "ppo_instability", requires=("reward/proxy_mean", "policy/approxkl"),
+      thresholds=(NO_LEARNING_NOISE,), causes=(causes.step_size, causes.advantages_values, causes.reward_scaling))
+def no_learning(table: MetricTable) -> Detection | None:
+    """The proxy flat or falling over a run whose updates do move the policy (a note, low severity)."""
+    proxy, approxkl = table.get("reward/proxy_mean"), table.get("policy/approxkl")
+    n = len(proxy)
+    w = window(n)
+    if n < 10 or statistics.median(approxkl.values) <= 0:
+        return None
+    start, end = baseline(proxy.values, w), statistics.fmean(proxy.values[-w:])
+    noise = statistics.pstdev(proxy.values[:w]) or statistics.pstdev(proxy.values)
+    if end - start > NO_LEARNING_NOISE.value * noise:
+        return None
+    return Detection(
+        f"no learning: the proxy went from {start:.3g} to {end:.3g} while the policy kept moving", "low",
+        proxy.steps[n - w],
+        (evidence("reward/proxy_mean", proxy, n - w, f"mean of the last {w} steps <= start + "
+                  f"{NO_LEARNING_NOISE.value} x the first window's std ({noise:.3g})", NO_LEARNING_NOISE.source),),
     )
