@@ -10,8 +10,8 @@ Sources, each read from its metrics alone (no config, no checkup), as another tr
   (`labels.json`); read with `--map gold=reward/gold_mean`;
 - `--faults`: the faults bench's runs (healthy seeds and the zoo; the zoo's labels are its
   faults' expected symptoms);
-- `--pipeline`: bench/pipeline_targets.py's runs (healthy seeds; the kl_coef=0 runs, whose
-  gold falls);
+- `--pipeline`: bench/pipeline_targets.py's kl_coef=0 runs, whose gold falls (its healthy
+  seeds are the faults bench's, trained the same);
 - `--real`: the public real logs with MANIFEST.md's verdicts.
 Prints one JSON line per run: the label, the trainer, and the signals; with `--doc`,
 writes the per-rule and per-run tables to that file's "Calibration" section.
@@ -30,7 +30,7 @@ from rlhflab.doctor.formats import read_log
 from rlhflab.doctor.formats.mapping import parse_pairs
 from rlhflab.doctor.rules import RULES
 from rlhflab.doctor.settings import RunSettings
-from rlhflab.doctor.signals import baseline, smooth, window
+from rlhflab.doctor.signals import baseline, rolling_median, smooth, window
 from rlhflab.doctor.table import MetricTable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +49,9 @@ def signals(table: MetricTable) -> dict:
     kl = smoothed(table, "kl/mean")
     if kl_token:
         out["kl_token_max"] = max(kl_token)
+        series = table.get("kl/token_mean")
+        medians = rolling_median(series.values, window(len(series)))
+        out["kl_token_median_max"] = max(medians) if medians else None
     if kl:
         out["kl_seq_max"] = max(kl)
     length = table.get("response/length_mean")
@@ -137,9 +140,9 @@ def main() -> None:
                          "families": [] if healthy else [run.name], **signals(metrics_only(run))})
     if args.pipeline.is_dir():
         for run in sorted(p for p in args.pipeline.iterdir() if (p / "metrics" / "ppo.jsonl").is_file()):
-            if run.name.endswith("-adaptive"):
-                continue
             hacked = run.name.endswith("-kl0")
+            if not hacked:  # the healthy seeds are the faults bench's own, and the adaptive runs unlabelled
+                continue
             rows.append({"run": f"pipeline/{run.name}", "label": "pathological" if hacked else "healthy",
                          "families": ["reward_hacking"] if hacked else [], **signals(metrics_only(run))})
     if (args.real / "MANIFEST.md").is_file():

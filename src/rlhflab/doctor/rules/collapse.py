@@ -97,7 +97,8 @@ def identical_responses(table: MetricTable) -> Detection | None:
 ZERO_STD_LIMIT = Threshold(
     "ZERO_STD_LIMIT", 0.8,
     "share of prompt groups whose rewards are all equal: such a group's advantages are all 0, so it teaches nothing "
-    "(Yu et al. 2025, DAPO, dynamic sampling); the TRL GRPO run whose answers collapsed reaches 0.97")
+    "(Yu et al. 2025, DAPO, dynamic sampling); the TRL GRPO run whose answers collapsed reaches 0.97, RLOO at 30x "
+    "the learning rate 0.93, healthy TRL GRPO/RLOO runs on the reviews world 0.04 at most (bench/rule_calibration.py)")
 
 
 @rule("reward_spread_collapse", "mode_collapse", requires=("reward/zero_std_frac",), thresholds=(ZERO_STD_LIMIT,),

@@ -57,12 +57,14 @@ LENGTH_COLLAPSE_FRACTION = Threshold(
     "LENGTH_COLLAPSE_FRACTION", 0.3,
     "of the run's starting length, fitted on labelled runs (bench/rule_calibration.py): healthy runs keep at least "
     "0.52 of it (rlhflab demo, 3 seeds; veRL PPO on GSM8K 0.65), the TRL GRPO run whose answers collapsed to 2-3 "
-    "tokens keeps 0.12; 0.3 sits 1.7x under the healthy floor and 2.5x above the collapse")
+    "tokens keeps 0.12; 0.3 sits 1.7x under the healthy floor and 2.5x above the collapse. Checked on TRL "
+    "GRPO/RLOO runs it was not fitted on: healthy 0.68-0.84, RLOO at 30x the learning rate 0.14")
 LENGTH_BLOWUP_FACTOR = Threshold(
     "LENGTH_BLOWUP_FACTOR", 1.6,
     "times the run's starting length, fitted on labelled runs (bench/rule_calibration.py): healthy runs stay under "
     "1.19x (rlhflab demo, 3 seeds; veRL 1.02x), runs that over-optimise a length-loving proxy reach 2.06-3.0x "
-    "(rlhflab kl_coef=0 x4, kl_sign_flipped, reward_scale_100x); 1.6 is their geometric middle, 1.3x from each")
+    "(rlhflab kl_coef=0 x4, kl_sign_flipped, reward_scale_100x); 1.6 is their geometric middle, 1.3x from each. "
+    "Checked on TRL GRPO/RLOO runs it was not fitted on: healthy 1.01-1.25, length rewarded 1.81, cold sampling 4.4")
 
 
 @rule("truncation_saturated", "responses", requires=("response/truncated_frac",), thresholds=(TRUNCATED_LIMIT,),
