@@ -495,3 +495,26 @@ def test_running_medians_equal_the_median_of_each_prefix():
 def proxy_flat_while_the_policy_moves():
     records = modify(healthy_records(26, gold=False), 0, reward__proxy_mean=lambda k, old: 0.3 + 0.05 * math.sin(k))
     return Trace(table_of(records), "no_learning", N - N // 16, tolerance=0)
+
+
+def inverted_coef(records, target, horizon=64):
+    """kl/coef of a controller whose update has the wrong sign."""
+    coef = 0.2
+    for r in records:
+        coef *= 1 - max(-0.2, min(0.2, r["kl/mean"] / target - 1)) * 64 / horizon
+        r["kl/coef"] = coef
+    return records
+
+
+@firing_trace("kl_controller_wrong_way")
+def controller_against_kl_without_a_target_in_the_log():
+    # As the zoo's inverted controller: KL under target, so beta climbs, and the higher beta
+    # pushes KL further down.
+    records = inverted_coef(modify(healthy_records(27), 0, kl__mean=lambda k, old: 4.0 * math.exp(-k / 20)), 6.0)
+    return Trace(table_of(records), "kl_controller_wrong_way", 1, tolerance=0)
+
+
+def test_a_correct_controller_without_a_target_in_the_log_is_not_blamed():
+    records = adaptive_coef(modify(healthy_records(28), 0, kl__mean=lambda k, old: 2.0 + 3 * math.sin(k / 5) ** 2),
+                            6.0, horizon=32)
+    assert "kl_controller_wrong_way" not in fired(table_of(records))

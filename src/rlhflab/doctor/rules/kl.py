@@ -4,6 +4,7 @@ that does not control."""
 from __future__ import annotations
 
 import math
+import statistics
 
 from rlhflab.doctor import causes
 from rlhflab.doctor.findings import Evidence, Severity
@@ -113,14 +114,44 @@ def kl_negative(table: MetricTable) -> Detection | None:
                     f"smoothed kl/mean < {limit} nats", KL_NEGATIVE_LIMIT.source, "high")
 
 
-@rule("kl_controller_wrong_way", "exploding_kl", requires=("kl/mean", "kl/coef"), thresholds=(CONTROLLER_DEADBAND,),
+CONTROLLER_CORRELATION = Threshold(
+    "CONTROLLER_CORRELATION", -0.2,
+    "correlation of beta's changes with the KL before them, for a log that does not tell the target: an adaptive "
+    "controller raises beta when KL is high (Ziegler et al. 2019 sec. 2.2), so it is positive (+0.44 and +0.98 on "
+    "rlhflab demo runs from beta 0.05 and 0.8); the zoo's inverted controller gives -0.38")
+CONTROLLER_MOVES = Threshold(
+    "CONTROLLER_MOVES", 2.0, "beta's largest over smallest value: below it, beta is fixed or barely adapts")
+
+
+def _controller_against_kl(table: MetricTable) -> Detection | None:
+    """Without the target: an adaptive beta whose changes go against the KL level."""
+    kl, coef = aligned(table.get("kl/mean"), table.get("kl/coef"))
+    if len(kl) < 10 or min(coef.values) <= 0 or max(coef.values) < CONTROLLER_MOVES.value * min(coef.values):
+        return None
+    changes = [b - a for a, b in zip(coef.values, coef.values[1:])]
+    levels = list(kl.values[:-1])
+    if len(set(changes)) < 2 or len(set(levels)) < 2:
+        return None
+    correlation = statistics.correlation(changes, levels)
+    if correlation >= CONTROLLER_CORRELATION.value:
+        return None
+    return Detection("KL controller moves beta against the KL (no target in the log)", "high", coef.steps[1], (
+        evidence("kl/coef", coef, 1, f"correlation of beta's changes with the KL before them "
+                 f"{correlation:.2f} < {CONTROLLER_CORRELATION.value}, beta ranging over "
+                 f"{max(coef.values) / min(coef.values):.1f}x", CONTROLLER_CORRELATION.source,
+                 correlation=correlation),
+    ))
+
+
+@rule("kl_controller_wrong_way", "exploding_kl", requires=("kl/mean", "kl/coef"),
+      thresholds=(CONTROLLER_DEADBAND, CONTROLLER_CORRELATION, CONTROLLER_MOVES),
       causes=(causes.inverted_controller, causes.logprob_bookkeeping))
 def kl_controller_wrong_way(table: MetricTable) -> Detection | None:
     """Adaptive beta moving against the KL error (down while KL is above target, up below
     it), or stuck while KL is far from target."""
     target = table.settings.kl_target
     if target is None:
-        return None
+        return _controller_against_kl(table)
     kl, coef = aligned(table.get("kl/mean"), table.get("kl/coef"))
     n = len(kl)
     length = max(3, window(n))

@@ -229,9 +229,10 @@ NO_LEARNING_NOISE = Threshold(
 
 
 @rule("no_learning", "ppo_instability", requires=("reward/proxy_mean", "policy/approxkl"),
-      thresholds=(NO_LEARNING_NOISE,), causes=(causes.step_size, causes.advantages_values, causes.reward_scaling))
+      thresholds=(NO_LEARNING_NOISE,), causes=(causes.advantages_values, causes.step_size, causes.reward_scaling))
 def no_learning(table: MetricTable) -> Detection | None:
-    """The proxy flat or falling over a run whose updates do move the policy (a note, low severity)."""
+    """The proxy flat or falling over a run whose updates do move the policy (a note, low severity):
+    the updates move it, but not toward reward, which points first at the credit (advantages)."""
     proxy, approxkl = table.get("reward/proxy_mean"), table.get("policy/approxkl")
     n = len(proxy)
     w = window(n)
