@@ -518,3 +518,10 @@ def test_a_correct_controller_without_a_target_in_the_log_is_not_blamed():
     records = adaptive_coef(modify(healthy_records(28), 0, kl__mean=lambda k, old: 2.0 + 3 * math.sin(k / 5) ** 2),
                             6.0, horizon=32)
     assert "kl_controller_wrong_way" not in fired(table_of(records))
+
+
+@firing_trace("clip_never_clips")
+def the_clip_range_is_off():
+    records = modify(healthy_records(29), 0, policy__clipfrac=lambda k, old: 0.0,
+                     policy__approxkl=lambda k, old: 0.02 + 0.001 * (k % 3))
+    return Trace(table_of(records), "clip_never_clips", 0, tolerance=0)

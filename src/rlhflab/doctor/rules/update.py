@@ -248,3 +248,35 @@ def no_learning(table: MetricTable) -> Detection | None:
         (evidence("reward/proxy_mean", proxy, n - w, f"mean of the last {w} steps <= start + "
                   f"{NO_LEARNING_NOISE.value} x the first window's std ({noise:.3g})", NO_LEARNING_NOISE.source),),
     )
+
+
+CLIP_SILENT_SHARE = Threshold(
+    "CLIP_SILENT_SHARE", 0.9,
+    "of the run's steps with a clip fraction of exactly 0; fitted on the zoo read from metrics alone "
+    "(bench/rule_calibration.py): the disabled clip 1.0, every other run 0.56 at most (lr_100x, whose policy stopped "
+    "moving), healthy seeds 0")
+CLIP_MOVING_APPROXKL = Threshold(
+    "CLIP_MOVING_APPROXKL", 0.005,
+    "median approx-KL per update above which a working clip range of about 0.2 clips some tokens: at 0.0125-0.0143 "
+    "healthy demo runs clip 3% (Schulman et al. 2017: the clipped objective removes the incentive to move a token's "
+    "ratio outside [1 - eps, 1 + eps])")
+
+
+@rule("clip_never_clips", "ppo_instability", requires=("policy/clipfrac", "policy/approxkl"),
+      thresholds=(CLIP_SILENT_SHARE, CLIP_MOVING_APPROXKL), causes=(causes.step_size, causes.logprob_bookkeeping))
+def clip_never_clips(table: MetricTable) -> Detection | None:
+    """Updates that move the policy while not one token is ever clipped: the clip range is off."""
+    clipfrac, approxkl = table.get("policy/clipfrac"), table.get("policy/approxkl")
+    if len(clipfrac) < 10 or statistics.median(approxkl.values) <= CLIP_MOVING_APPROXKL.value:
+        return None
+    silent = sum(1 for v in clipfrac.values if v == 0.0) / len(clipfrac)
+    if silent < CLIP_SILENT_SHARE.value:
+        return None
+    return Detection(
+        f"the clip never clips: policy/clipfrac is 0 on {silent:.0%} of updates while approx-KL is "
+        f"{statistics.median(approxkl.values):.3f}", "medium", clipfrac.steps[0],
+        (evidence("policy/clipfrac", clipfrac, 0, f"clipfrac == 0 on >= {CLIP_SILENT_SHARE.value:.0%} of updates",
+                  CLIP_SILENT_SHARE.source, silent_share=silent),
+         evidence("policy/approxkl", approxkl, 0, f"median approx-KL > {CLIP_MOVING_APPROXKL.value}",
+                  CLIP_MOVING_APPROXKL.source)),
+    )
