@@ -1,9 +1,10 @@
 """A labelled calibration set for the doctor's rules: the reviews world trained by TRL's
-GRPOTrainer and RLOOTrainer (the current TRL), healthy and pathological, with the
-world's gold logged beside the proxy. Each run is labelled from its gold curve and its
-held-out samples, never from the doctor.
+GRPOTrainer and RLOOTrainer (the current TRL) and PPOTrainer (TRL 1.12, in .venv-trl),
+healthy and pathological, with the world's gold logged beside the proxy. Each run is
+labelled from its gold curve and its held-out samples, never from the doctor.
 
-    python bench/calibration.py --base RUN --out runs/calibration [--steps 60] [--only NAME ...]
+    python bench/calibration.py --base RUN --out runs/calibration [--steps 200] [--only NAME ...]
+    .venv-trl/bin/python bench/calibration.py --base RUN --out runs/calibration --only ppo-healthy-s0 ...
 
 RUN is an rlhflab run with `stage1_lm` and `stage2_rm` (e.g. `rlhflab pipeline --preset
 demo --out RUN`): its stage-1 model is the policy GRPO starts from and the reference, its
@@ -33,7 +34,7 @@ EVAL_PROMPTS = 256  # gold's standard error over them: about 0.03
 class Variant:
     """One calibration run: the trainer, its settings, and the reward it optimises."""
 
-    trainer: str  # grpo or rloo
+    trainer: str  # grpo, rloo or ppo (TRL 1.12's, in .venv-trl)
     seed: int = 0
     beta: float = 0.04
     learning_rate: float = 1e-4
@@ -57,6 +58,11 @@ VARIANTS = {
     "grpo-repetition-reward": Variant("grpo", reward="rm+repetition", expect="reward_hacking"),
     "grpo-cold-sampling": Variant("grpo", temperature=0.3, beta=0.0, learning_rate=3e-4, expect="mode_collapse"),
     "grpo-truncated": Variant("grpo", max_completion_length=6, expect="truncation"),
+    # TRL 1.12's PPOTrainer (.venv-trl): beta is PPOConfig.kl_coef, learning rates as rlhflab's PPO.
+    "ppo-healthy-s0": Variant("ppo", seed=0, beta=0.05, learning_rate=1e-4),
+    "ppo-healthy-s1": Variant("ppo", seed=1, beta=0.05, learning_rate=1e-4),
+    "ppo-kl0-lr3x": Variant("ppo", beta=0.0, learning_rate=3e-4, expect="reward_hacking"),
+    "ppo-lr30x": Variant("ppo", beta=0.05, learning_rate=3e-3, expect="exploding_kl"),
 }
 
 
@@ -88,6 +94,7 @@ def make_gold_callback(world, tokenizer, max_new_tokens: int, every: int, seed: 
         def __init__(self) -> None:
             self.pending: dict | None = None
             self.history: list[dict] = []
+            self.policy = None  # set by trainers that pass no model to callbacks
 
         def measure(self, model, step: int) -> dict:
             was_training = model.training
@@ -110,11 +117,12 @@ def make_gold_callback(world, tokenizer, max_new_tokens: int, every: int, seed: 
             return row
 
         def on_train_begin(self, args, state, control, model=None, **kwargs):
-            self.measure(model, 0)
+            self.measure(self.policy or model, 0)
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             if state.global_step % every == 0:
-                self.pending = self.measure(model, state.global_step)
+                self.pending = self.measure(self.policy or model, state.global_step)
+                self.on_log(args, state, control)  # trainers that log before this call (TRL's PPO)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if self.pending is not None and state.log_history and state.log_history[-1].get("step") == \
@@ -123,6 +131,32 @@ def make_gold_callback(world, tokenizer, max_new_tokens: int, every: int, seed: 
                 self.pending = None
 
     return GoldCallback()
+
+
+def train_ppo(variant: Variant, base: Path, run_dir: Path, steps: int, callback, tokenizer, prompts: list[str]):
+    """TRL 1.12's PPOTrainer: one update per step (a rollout of 32 prompts, 2 epochs of 2
+    minibatches); the value model starts as a copy of the reward model, as TRL's examples do."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    from trl.experimental.ppo import PPOConfig, PPOTrainer
+
+    config = PPOConfig(
+        output_dir=str(run_dir), use_cpu=True, bf16=False, gradient_checkpointing=False, seed=variant.seed,
+        report_to=[], save_strategy="no", logging_steps=1, num_sample_generations=0, disable_tqdm=True,
+        per_device_train_batch_size=32, num_mini_batches=2, num_ppo_epochs=2, total_episodes=steps * 32,
+        response_length=variant.max_completion_length, stop_token="eos", missing_eos_penalty=1.0,
+        learning_rate=variant.learning_rate, kl_coef=variant.beta, temperature=variant.temperature,
+    )
+    dataset = Dataset.from_dict({"input_ids": [[tokenizer.bos_token_id] + tokenizer.encode(p, add_special_tokens=False)
+                                               for p in prompts]})
+    trainer = PPOTrainer(
+        args=config, processing_class=tokenizer, model=AutoModelForCausalLM.from_pretrained(base / "stage1_lm"),
+        ref_model=AutoModelForCausalLM.from_pretrained(base / "stage1_lm"),
+        reward_model=AutoModelForSequenceClassification.from_pretrained(base / "stage2_rm", num_labels=1),
+        value_model=AutoModelForSequenceClassification.from_pretrained(base / "stage2_rm", num_labels=1),
+        train_dataset=dataset, callbacks=[callback])
+    callback.policy = trainer.model.policy  # PPOTrainer passes no model to its callbacks
+    return trainer
 
 
 def run_variant(name: str, variant: Variant, base: Path, out: Path, steps: int, every: int) -> dict:
@@ -136,9 +170,14 @@ def run_variant(name: str, variant: Variant, base: Path, out: Path, steps: int, 
     tokenizer = AutoTokenizer.from_pretrained(base / "stage1_lm", padding_side="left")
     policy = AutoModelForCausalLM.from_pretrained(base / "stage1_lm")
     reward_model = AutoModelForSequenceClassification.from_pretrained(base / "stage2_rm", num_labels=1)
+    run_dir = out / name
+    prompts = world.prompts(4096, variant.seed)
+    callback = make_gold_callback(world, tokenizer, variant.max_completion_length, every, variant.seed)
+    if variant.trainer == "ppo":
+        trainer = train_ppo(variant, base, run_dir, steps, callback, tokenizer, prompts)
+        return _train_and_label(name, variant, trainer, callback, run_dir)
     config_class, trainer_class = {"grpo": (trl.GRPOConfig, trl.GRPOTrainer),
                                    "rloo": (trl.RLOOConfig, trl.RLOOTrainer)}[variant.trainer]
-    run_dir = out / name
     config = config_class(
         output_dir=str(run_dir), use_cpu=True, bf16=False, gradient_checkpointing=False, seed=variant.seed,
         max_steps=steps, logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,
@@ -146,13 +185,15 @@ def run_variant(name: str, variant: Variant, base: Path, out: Path, steps: int, 
         learning_rate=variant.learning_rate, beta=variant.beta, temperature=variant.temperature,
         **variant.settings,
     )
-    prompts = world.prompts(4096, variant.seed)
-    callback = make_gold_callback(world, tokenizer, variant.max_completion_length, every, variant.seed)
     trainer = trainer_class(
         model=policy, reward_funcs=[reward_model, *reward_functions(variant, world)], args=config,
         train_dataset=Dataset.from_dict({"prompt": [tokenizer.bos_token + p for p in prompts]}),
         processing_class=tokenizer, reward_processing_classes=[tokenizer] + [None] * (0 if variant.reward == "rm" else 1),
         callbacks=[callback])
+    return _train_and_label(name, variant, trainer, callback, run_dir)
+
+
+def _train_and_label(name: str, variant: Variant, trainer, callback, run_dir: Path) -> dict:
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
