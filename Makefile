@@ -35,12 +35,14 @@ $(TRL_STAMP): bench/trl-requirements.txt
 	$(PYTHON) -m venv $(TRL_VENV)
 	$(TRL_VENV)/bin/pip install --quiet $(TORCH)
 	$(TRL_VENV)/bin/pip install --quiet -r bench/trl-requirements.txt
+	$(TRL_VENV)/bin/pip install --quiet --no-deps -e . && $(TRL_VENV)/bin/pip install --quiet vaderSentiment
 	touch $(TRL_STAMP)
 
 bench-trl: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/compare_trl.py --repeats 3 --iterations 3
 
 bench: $(STAMP) $(TRL_STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/pipeline_targets.py --seeds 0 1 2
 	$(PY) bench/demo_levers.py --seed 0
 	$(PY) bench/compare_trl.py --repeats 3 --iterations 3
@@ -51,6 +53,10 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/decode_breakdown.py
 	$(PY) bench/doctor_speed.py
 	$(PY) bench/real_logs.py
+	$(PY) bench/calibration.py --base runs/bench/demo-seed0 --out runs/calibration
+	$(TRL_VENV)/bin/python bench/calibration.py --base runs/bench/demo-seed0 --out runs/calibration --steps 120 \
+		--only ppo-healthy-s0 ppo-healthy-s1 ppo-kl0-lr3x ppo-lr30x
+	$(PY) bench/rule_calibration.py --doc docs/doctor.md
 	$(PY) bench/checkup_bf16.py
 
 clean:

@@ -168,8 +168,6 @@ def run_variant(name: str, variant: Variant, base: Path, out: Path, steps: int, 
 
     world = ReviewsWorld(WorldConfig())
     tokenizer = AutoTokenizer.from_pretrained(base / "stage1_lm", padding_side="left")
-    policy = AutoModelForCausalLM.from_pretrained(base / "stage1_lm")
-    reward_model = AutoModelForSequenceClassification.from_pretrained(base / "stage2_rm", num_labels=1)
     run_dir = out / name
     prompts = world.prompts(4096, variant.seed)
     callback = make_gold_callback(world, tokenizer, variant.max_completion_length, every, variant.seed)
@@ -178,6 +176,8 @@ def run_variant(name: str, variant: Variant, base: Path, out: Path, steps: int, 
         return _train_and_label(name, variant, trainer, callback, run_dir)
     config_class, trainer_class = {"grpo": (trl.GRPOConfig, trl.GRPOTrainer),
                                    "rloo": (trl.RLOOConfig, trl.RLOOTrainer)}[variant.trainer]
+    policy = AutoModelForCausalLM.from_pretrained(base / "stage1_lm")
+    reward_model = AutoModelForSequenceClassification.from_pretrained(base / "stage2_rm", num_labels=1)
     config = config_class(
         output_dir=str(run_dir), use_cpu=True, bf16=False, gradient_checkpointing=False, seed=variant.seed,
         max_steps=steps, logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,

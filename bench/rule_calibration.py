@@ -2,8 +2,8 @@
 each candidate signal measured, so that thresholds are fitted on labelled runs with a
 stated margin, and checked on runs they were not fitted on.
 
-    python bench/rule_calibration.py [--calibration runs/calibration] [--faults runs/faults]
-        [--pipeline runs/bench] [--real ../shared/real_logs]
+    python bench/rule_calibration.py [--calibration runs/calibration] [--faults runs/faults-bench]
+        [--pipeline runs/bench] [--real ../shared/real_logs] [--doc docs/doctor.md]
 
 Sources, each read from its metrics alone (no config, no checkup), as another trainer's log:
 - `--calibration`: bench/calibration.py's TRL GRPO/RLOO runs, labelled from their gold curves
@@ -121,7 +121,7 @@ def metrics_only(path: Path, mapping=None) -> MetricTable:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calibration", type=Path, default=ROOT / "runs" / "calibration")
-    parser.add_argument("--faults", type=Path, default=ROOT / "runs" / "faults")
+    parser.add_argument("--faults", type=Path, default=ROOT / "runs" / "faults-bench")
     parser.add_argument("--pipeline", type=Path, default=ROOT / "runs" / "bench")
     parser.add_argument("--real", type=Path, default=ROOT.parent / "shared" / "real_logs")
     parser.add_argument("--doc", type=Path, default=None, help="write the tables into this markdown file")
@@ -157,7 +157,7 @@ def main() -> None:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}))
     if args.doc is not None:
         replace_section(args.doc, START, END, render(rows, "python bench/rule_calibration.py --calibration "
-                                                           "runs/calibration --faults runs/faults --pipeline runs/bench"))
+                                                           "runs/calibration --faults runs/faults-bench --pipeline runs/bench"))
 
 
 if __name__ == "__main__":
