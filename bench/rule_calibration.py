@@ -6,8 +6,8 @@ stated margin, and checked on runs they were not fitted on.
         [--pipeline runs/bench] [--real ../shared/real_logs] [--doc docs/doctor.md]
 
 Sources, each read from its metrics alone (no config, no checkup), as another trainer's log:
-- `--calibration`: bench/calibration.py's TRL GRPO/RLOO runs, labelled from their gold curves
-  (`labels.json`); read with `--map gold=reward/gold_mean`;
+- `--calibration`: bench/calibration.py's TRL GRPO/RLOO/PPO runs, labelled from their gold curves
+  (`labels.json`); each read twice: with `--map gold=reward/gold_mean`, and without its gold column;
 - `--faults`: the faults bench's runs (healthy seeds and the zoo; the zoo's labels are its
   faults' expected symptoms);
 - `--pipeline`: bench/pipeline_targets.py's kl_coef=0 runs, whose gold falls (its healthy
@@ -130,9 +130,12 @@ def main() -> None:
     labels_path = args.calibration / "labels.json"
     if labels_path.is_file():
         for name, label in json.loads(labels_path.read_text()).items():
-            table = metrics_only(args.calibration / name / "trainer_state.json", parse_pairs(["gold=reward/gold_mean"]))
+            log = args.calibration / name / "trainer_state.json"
             rows.append({"run": f"calibration/{name}", "label": label["label"], "families": label["families"],
-                         **signals(table)})
+                         **signals(metrics_only(log, parse_pairs(["gold=reward/gold_mean"])))})
+            # The same run as a log without a gold column, as most users' logs are.
+            rows.append({"run": f"calibration/{name} (no gold)", "label": label["label"],
+                         "families": label["families"], **signals(metrics_only(log))})
     if args.faults.is_dir():
         for run in sorted(p for p in args.faults.iterdir() if (p / "metrics" / "ppo.jsonl").is_file()):
             healthy = run.name.startswith("healthy")
