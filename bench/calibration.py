@@ -66,7 +66,7 @@ VARIANTS = {
 }
 
 
-def reward_functions(variant: Variant, world):
+def reward_functions(variant: Variant) -> list:
     """The proxy a variant optimises: the reward model, plus an exploitable bonus."""
 
     def length_bonus(prompts, completions, **kwargs):
@@ -186,7 +186,7 @@ def run_variant(name: str, variant: Variant, base: Path, out: Path, steps: int, 
         **variant.settings,
     )
     trainer = trainer_class(
-        model=policy, reward_funcs=[reward_model, *reward_functions(variant, world)], args=config,
+        model=policy, reward_funcs=[reward_model, *reward_functions(variant)], args=config,
         train_dataset=Dataset.from_dict({"prompt": [tokenizer.bos_token + p for p in prompts]}),
         processing_class=tokenizer, reward_processing_classes=[tokenizer] + [None] * (0 if variant.reward == "rm" else 1),
         callbacks=[callback])

@@ -22,10 +22,10 @@ from benchlib import replace_section
 from rlhflab.config import apply_overrides, load_config, save_config
 from rlhflab.doctor.diagnose import diagnose_path
 from rlhflab.doctor.rules.collapse import DISTINCT2_FRACTION, ENTROPY_FRACTION
-from rlhflab.doctor.rules.kl import KL_ABS_LIMIT
+from rlhflab.doctor.rules.kl import KL_ABS_LIMIT, KL_TOKEN_LIMIT
 from rlhflab.doctor.rules.reward_model import RM_GOLD_AGREEMENT_LIMIT, RM_LENGTH_CORR_LIMIT, RM_VAL_ACC_LIMIT
 from rlhflab.doctor.rules.update import APPROXKL_LIMIT, CLIPFRAC_LIMIT, RATIO_MAX_LIMIT
-from rlhflab.doctor.signals import smooth
+from rlhflab.doctor.signals import rolling_median, smooth, window
 from rlhflab.pipeline import run_pipeline
 from rlhflab.ppo.run import run_ppo
 from rlhflab.runs import RunDir, read_jsonl
@@ -83,7 +83,10 @@ APPROACHES = (
     ("largest policy/clipfrac", "clipfrac_max", f"{CLIPFRAC_LIMIT.name} {CLIPFRAC_LIMIT.value:g}"),
     ("largest policy/approxkl", "approxkl_max", f"{APPROXKL_LIMIT.name} {APPROXKL_LIMIT.value:g}"),
     ("largest policy/ratio_max (one token)", "ratio_max", f"{RATIO_MAX_LIMIT.name} {RATIO_MAX_LIMIT.value:g} (windowed median)"),
-    ("largest kl/mean", "kl_max", f"{KL_ABS_LIMIT.name} {KL_ABS_LIMIT.value:g}"),
+    ("largest windowed median of policy/ratio_max", "ratio_max_median", f"{RATIO_MAX_LIMIT.name} "
+     f"{RATIO_MAX_LIMIT.value:g}"),
+    ("largest kl/mean", "kl_max", f"{KL_ABS_LIMIT.name} {KL_ABS_LIMIT.value:g} (logs without a response length)"),
+    ("largest rolling median of KL per token", "kl_token_median_max", f"{KL_TOKEN_LIMIT.name} {KL_TOKEN_LIMIT.value:g}"),
     ("smallest policy/entropy / first", "entropy_kept", f"{ENTROPY_FRACTION.name} {ENTROPY_FRACTION.value:g}"),
     ("smallest response/distinct_2 / first", "distinct2_kept", f"{DISTINCT2_FRACTION.name} {DISTINCT2_FRACTION.value:g}"),
     ("rm/val_acc", "rm_val_acc", f"{RM_VAL_ACC_LIMIT.name} {RM_VAL_ACC_LIMIT.value:g}"),
@@ -101,6 +104,9 @@ def update_health(run: RunDir) -> dict:
         "approxkl_median": statistics.median(series("policy/approxkl")), "approxkl_max": max(series("policy/approxkl")),
         "clipfrac_median": statistics.median(series("policy/clipfrac")), "clipfrac_max": max(series("policy/clipfrac")),
         "ratio_max": max(series("policy/ratio_max")), "kl_max": max(series("kl/mean")),
+        "ratio_max_median": max(rolling_median(series("policy/ratio_max"), window(len(records)))),
+        "kl_token_median_max": max(rolling_median([r["kl/mean"] / r["response/length_mean"] for r in records],
+                                                  window(len(records)))),
         "entropy_kept": min(series("policy/entropy")) / records[0]["policy/entropy"],
         "distinct2_kept": min(series("response/distinct_2")) / records[0]["response/distinct_2"],
         "rm_length_corr": abs(reward["rm/length_corr"]),

@@ -11,7 +11,8 @@ Sources, each read from its metrics alone (no config, no checkup), as another tr
 - `--faults`: the faults bench's runs (healthy seeds and the zoo; the zoo's labels are its
   faults' expected symptoms);
 - `--pipeline`: bench/pipeline_targets.py's kl_coef=0 runs, whose gold falls (its healthy
-  seeds are the faults bench's, trained the same);
+  seeds are the faults bench's, trained the same), and its adaptive-KL runs, labelled from
+  their held-out gold gain;
 - `--real`: the public real logs with MANIFEST.md's verdicts.
 Prints one JSON line per run: the label, the trainer, and the signals; with `--doc`,
 writes the per-rule and per-run tables to that file's "Calibration" section.
@@ -31,7 +32,7 @@ from rlhflab.doctor.formats.mapping import parse_pairs
 from rlhflab.doctor.rules import RULES
 from rlhflab.doctor.settings import RunSettings
 from rlhflab.doctor.signals import baseline, rolling_median, smooth, window
-from rlhflab.doctor.table import MetricTable
+from rlhflab.doctor.table import MetricTable, aligned
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- calibration:start -->", "<!-- calibration:end -->"
@@ -77,6 +78,16 @@ def signals(table: MetricTable) -> dict:
         series = table.get(name)
         if series is not None and len(series):
             out[key] = statistics.median(series.values)
+    approxkl, clipfrac = table.get("policy/approxkl"), table.get("policy/clipfrac")
+    if approxkl is not None:
+        out["first_approxkl"] = approxkl.values[0]  # FIRST_UPDATE_LIMIT
+    if clipfrac is not None:
+        out["clipfrac_zero_share"] = sum(v == 0.0 for v in clipfrac.values) / len(clipfrac)  # CLIP_SILENT_SHARE
+    kl, coef = table.get("kl/mean"), table.get("kl/coef")
+    if kl is not None and coef is not None and len(coef) >= 10 and len(set(coef.values)) > 2:
+        kl, coef = aligned(kl, coef)  # CONTROLLER_CORRELATION: beta's changes against the KL before them
+        out["controller_correlation"] = statistics.correlation(
+            [b - a for a, b in zip(coef.values, coef.values[1:])], list(kl.values[:-1]))
     diagnosis = diagnose(table)
     out["findings"] = [f"{f.rule}:{f.severity}" for f in diagnosis.findings]
     out["verdict"] = diagnosis.verdict
@@ -111,6 +122,13 @@ def render(rows: list[dict], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def gold_label(run: Path) -> dict:
+    """A PPO run's label from its held-out gold: healthy when the policy beats the stage-1 model."""
+    evaluation = json.loads((run / "metrics" / "eval.json").read_text())
+    gain = evaluation["policy"]["gold_mean"] - evaluation["stage1"]["gold_mean"]
+    return {"label": "healthy" if gain > 0 else "pathological", "families": [] if gain > 0 else ["no gold gain"]}
+
+
 def metrics_only(path: Path, mapping=None) -> MetricTable:
     table = read_log(path, mapping)
     table.settings = RunSettings(trainer=table.settings.trainer, kl_coef=table.settings.kl_coef
@@ -143,11 +161,13 @@ def main() -> None:
                          "families": [] if healthy else [run.name], **signals(metrics_only(run))})
     if args.pipeline.is_dir():
         for run in sorted(p for p in args.pipeline.iterdir() if (p / "metrics" / "ppo.jsonl").is_file()):
-            hacked = run.name.endswith("-kl0")
-            if not hacked:  # the healthy seeds are the faults bench's own, and the adaptive runs unlabelled
+            if not run.name.endswith("-kl0"):  # its healthy seeds are the faults bench's, trained the same
                 continue
-            rows.append({"run": f"pipeline/{run.name}", "label": "pathological" if hacked else "healthy",
-                         "families": ["reward_hacking"] if hacked else [], **signals(metrics_only(run))})
+            rows.append({"run": f"pipeline/{run.name}", "label": "pathological", "families": ["reward_hacking"],
+                         **signals(metrics_only(run))})
+            for adaptive in sorted((args.pipeline / run.name.replace("-kl0", "-adaptive")).glob("beta*")):
+                rows.append({"run": f"pipeline/{adaptive.parent.name}/{adaptive.name}", **gold_label(adaptive),
+                             **signals(metrics_only(adaptive))})
     if (args.real / "MANIFEST.md").is_file():
         verdicts = {"verl_ppo_qwen2.5-0.5b_gsm8k_resp256.log": "healthy",
                     "trl_grpo_vlm_qwen2.5vl-3b_collapse_run_terminal.md": "pathological",

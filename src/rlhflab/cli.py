@@ -289,9 +289,8 @@ def print_diagnosis(diagnosis) -> None:
     for column in ("symptom family", "status", "steps", "rules, or what is missing"):
         coverage.add_column(column)
     for family, c in diagnosis.coverage.items():
-        detail = ", ".join(c.rules) if c.status == "checked" else c.reason or "needs " + " or ".join(c.needs)
         coverage.add_row(family, c.status.replace("_", " "), str(c.steps) if c.status == "checked" else "",
-                         escape(detail))
+                         escape(c.detail))
     console.print(coverage)
     if diagnosis.findings:
         table = Table(title=f"doctor: {diagnosis.source}")

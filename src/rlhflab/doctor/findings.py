@@ -90,6 +90,13 @@ class Coverage:
     needs: tuple[str, ...] = ()
     reason: str = ""
 
+    @property
+    def detail(self) -> str:
+        """The rules that checked the family, or why it was not checked."""
+        if self.status == "checked":
+            return ", ".join(self.rules)
+        return self.reason or "needs " + " or ".join(self.needs)
+
 
 @dataclass
 class Diagnosis:

@@ -109,8 +109,7 @@ def coverage_section(diagnosis: Diagnosis) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(family)}</td><td>{c.status.replace('_', ' ')}</td>"
         f"<td>{c.steps if c.status == 'checked' else ''}</td>"
-        f"<td>{html.escape(', '.join(c.rules) if c.status == 'checked' else c.reason or 'needs ' + ' or '.join(c.needs))}"
-        f"</td></tr>"
+        f"<td>{html.escape(c.detail)}</td></tr>"
         for family, c in diagnosis.coverage.items())
     reason = (f" It needs {html.escape(diagnosis.cannot_tell_reason())}." if diagnosis.verdict == "cannot_tell" else "")
     css = "ok" if diagnosis.verdict == "no_finding" else "muted"

@@ -87,8 +87,8 @@ def read_log(path: Path, mapping: UserMapping | None = None, format_name: str | 
 @contextmanager
 def _collector_paused():
     """Reading a long log allocates millions of small objects and no cycles: the cyclic
-    garbage collector would traverse them again and again (a third of the reading time of
-    a 100,000-row log), so it waits until the table is built."""
+    garbage collector would traverse them again and again (2.5 s against 2.1 s, median of 5,
+    to read and diagnose a 100,000-row log), so it waits until the table is built."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -53,17 +53,19 @@ CONTROLLER_DEADBAND = Threshold(
               causes.logprob_bookkeeping),
       clues=(causes.ZERO_KL, causes.CLIP_NEVER_CLIPS, LARGE_UPDATES, UNSCALED_REWARDS, LARGE_FIRST_UPDATE))
 def kl_explosion(table: MetricTable) -> Detection | None:
-    """KL to the reference above an absolute limit per token (per sequence, or 2x an adaptive target,
-    when the log has no response length), or growing super-linearly."""
-    # Per token where the log allows it (a per-token KL, or a per-sequence one and the
+    """KL to the reference above 2x the run's adaptive target, else above an absolute limit per
+    token (per sequence when the log has no response length), or growing super-linearly."""
+    # Against the run's own adaptive target when it has one (its unit is the log's); else
+    # per token where the log allows it (a per-token KL, or a per-sequence one and the
     # response length): a per-sequence limit would call every long-response run explosive.
-    metric = "kl/token_mean" if table.get("kl/token_mean") is not None else "kl/mean"
+    target = table.settings.kl_target
+    per_token = target is None and table.get("kl/token_mean") is not None
+    metric = "kl/token_mean" if per_token else "kl/mean"
     kl = table.get(metric)
     n = len(kl)
     w = window(n)
     s = smooth(kl.values, w)
-    target = table.settings.kl_target
-    if metric == "kl/token_mean":
+    if per_token:
         # A per-token batch mean of k3 spikes on single batches (exp of a log ratio): a
         # healthy TRL GRPO run reaches 5.2 on one step of 200. The rolling median holds the
         # level (0.05 there) where a moving average would carry the spike for a window.
@@ -76,7 +78,7 @@ def kl_explosion(table: MetricTable) -> Detection | None:
         limit, unit = KL_ABS_LIMIT.value, "nats"
         threshold = f"smoothed kl/mean > {limit} nats per sequence (the log has no response length to go per token)"
         source = KL_ABS_LIMIT.source
-    if target is not None and metric == "kl/mean":
+    if target is not None:
         limit = KL_TARGET_FACTOR.value * target
         threshold = f"smoothed kl/mean > {KL_TARGET_FACTOR.value} x kl_target = {limit:g} nats"
         source = KL_TARGET_FACTOR.source
@@ -118,7 +120,8 @@ CONTROLLER_CORRELATION = Threshold(
     "CONTROLLER_CORRELATION", -0.2,
     "correlation of beta's changes with the KL before them, for a log that does not tell the target: an adaptive "
     "controller raises beta when KL is high (Ziegler et al. 2019 sec. 2.2), so it is positive (+0.44 and +0.98 on "
-    "rlhflab demo runs from beta 0.05 and 0.8); the zoo's inverted controller gives -0.38")
+    "rlhflab demo runs from beta 0.05 and 0.8); the zoo's inverted controller gives -0.38 (bench/rule_calibration.py). "
+    "Fitted on these three runs only: no other trainer's run with an adaptive controller has been checked")
 CONTROLLER_MOVES = Threshold(
     "CONTROLLER_MOVES", 2.0, "beta's largest over smallest value: below it, beta is fixed or barely adapts")
 

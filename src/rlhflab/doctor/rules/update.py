@@ -56,7 +56,8 @@ def _unscaled_rewards(table: MetricTable) -> Cause | None:
 FIRST_UPDATE_LIMIT = Threshold(
     "FIRST_UPDATE_LIMIT", 3.0,
     "approx-KL of the first logged update, 10x APPROXKL_LIMIT; fitted on the zoo read from metrics alone "
-    "(bench/rule_calibration.py): lr_100x 88, every other fault and healthy seed 0.86 or less")
+    "(bench/rule_calibration.py): lr_100x 88, every other fault and healthy seed 0.86 or less. Checked on TRL 1.12 "
+    "PPO runs it was not fitted on: 0.0004-0.25, the 30x learning rate's 0.25 included (its steps grow later)")
 
 
 def _large_first_update(table: MetricTable) -> Cause | None:
@@ -254,7 +255,8 @@ CLIP_SILENT_SHARE = Threshold(
     "CLIP_SILENT_SHARE", 0.9,
     "of the run's steps with a clip fraction of exactly 0; fitted on the zoo read from metrics alone "
     "(bench/rule_calibration.py): the disabled clip 1.0, every other run 0.56 at most (lr_100x, whose policy stopped "
-    "moving), healthy seeds 0")
+    "moving), healthy seeds 0. Checked on TRL 1.12 PPO runs it was not fitted on: healthy 0.69-0.70 (at a median "
+    "approx-KL under CLIP_MOVING_APPROXKL, so not held to it), the margin is thin")
 CLIP_MOVING_APPROXKL = Threshold(
     "CLIP_MOVING_APPROXKL", 0.005,
     "median approx-KL per update above which a working clip range of about 0.2 clips some tokens: at 0.0125-0.0143 "
