@@ -22,10 +22,10 @@ from benchlib import replace_section
 from rlhflab.config import apply_overrides, load_config, save_config
 from rlhflab.doctor.diagnose import diagnose_path
 from rlhflab.doctor.rules.collapse import DISTINCT2_FRACTION, ENTROPY_FRACTION
-from rlhflab.doctor.rules.kl import KL_ABS_LIMIT, KL_TOKEN_LIMIT
+from rlhflab.doctor.rules.kl import KL_EARLY_GROWTH, KL_TOKEN_LIMIT
 from rlhflab.doctor.rules.reward_model import RM_GOLD_AGREEMENT_LIMIT, RM_LENGTH_CORR_LIMIT, RM_VAL_ACC_LIMIT
 from rlhflab.doctor.rules.update import APPROXKL_LIMIT, CLIPFRAC_LIMIT, RATIO_MAX_LIMIT
-from rlhflab.doctor.signals import rolling_median, smooth, window
+from rlhflab.doctor.signals import early_level, rolling_median, smooth, window
 from rlhflab.pipeline import run_pipeline
 from rlhflab.ppo.run import run_ppo
 from rlhflab.runs import RunDir, read_jsonl
@@ -85,7 +85,8 @@ APPROACHES = (
     ("largest policy/ratio_max (one token)", "ratio_max", f"{RATIO_MAX_LIMIT.name} {RATIO_MAX_LIMIT.value:g} (windowed median)"),
     ("largest windowed median of policy/ratio_max", "ratio_max_median", f"{RATIO_MAX_LIMIT.name} "
      f"{RATIO_MAX_LIMIT.value:g}"),
-    ("largest kl/mean", "kl_max", f"{KL_ABS_LIMIT.name} {KL_ABS_LIMIT.value:g} (logs without a response length)"),
+    ("largest rolling median of kl/mean / its early level", "kl_growth", f"{KL_EARLY_GROWTH.name} {KL_EARLY_GROWTH.value:g} "
+     "(logs without a response length)"),
     ("largest rolling median of KL per token", "kl_token_median_max", f"{KL_TOKEN_LIMIT.name} {KL_TOKEN_LIMIT.value:g}"),
     ("smallest policy/entropy / first", "entropy_kept", f"{ENTROPY_FRACTION.name} {ENTROPY_FRACTION.value:g}"),
     ("smallest response/distinct_2 / first", "distinct2_kept", f"{DISTINCT2_FRACTION.name} {DISTINCT2_FRACTION.value:g}"),
@@ -93,6 +94,13 @@ APPROACHES = (
     ("rm/gold_agreement", "rm_gold_agreement", f"{RM_GOLD_AGREEMENT_LIMIT.name} {RM_GOLD_AGREEMENT_LIMIT.value:g}"),
     ("abs(rm/length_corr)", "rm_length_corr", f"{RM_LENGTH_CORR_LIMIT.name} {RM_LENGTH_CORR_LIMIT.value:g}"),
 )
+
+
+def kl_growth(kl: list[float]) -> float:
+    """kl_explosion's measure for a per-sequence KL without lengths: the peak of its rolling
+    median over its early level."""
+    start = early_level(kl, window(len(kl)))
+    return max(rolling_median(kl, window(len(kl)))) / start if start else float("nan")
 
 
 def update_health(run: RunDir) -> dict:
@@ -104,6 +112,7 @@ def update_health(run: RunDir) -> dict:
         "approxkl_median": statistics.median(series("policy/approxkl")), "approxkl_max": max(series("policy/approxkl")),
         "clipfrac_median": statistics.median(series("policy/clipfrac")), "clipfrac_max": max(series("policy/clipfrac")),
         "ratio_max": max(series("policy/ratio_max")), "kl_max": max(series("kl/mean")),
+        "kl_growth": kl_growth(series("kl/mean")),
         "ratio_max_median": max(rolling_median(series("policy/ratio_max"), window(len(records)))),
         "kl_token_median_max": max(rolling_median([r["kl/mean"] / r["response/length_mean"] for r in records],
                                                   window(len(records)))),

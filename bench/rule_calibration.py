@@ -7,11 +7,12 @@ stated margin, and checked on runs they were not fitted on.
 
 Sources, each read from its metrics alone (no config, no checkup), as another trainer's log:
 - `--calibration`: bench/calibration.py's TRL GRPO/RLOO/PPO runs, labelled from their gold curves
-  (`labels.json`); each read twice: with `--map gold=reward/gold_mean`, and without its gold column;
-- `--faults`: the faults bench's runs (healthy seeds and the zoo; the zoo's labels are its
-  faults' expected symptoms);
-- `--pipeline`: bench/pipeline_targets.py's kl_coef=0 runs, whose gold falls (its healthy
-  seeds are the faults bench's, trained the same), and its adaptive-KL runs, labelled from
+  (`labels.json`); each read twice: with the callback's held-out columns mapped (HELD_OUT_MAP),
+  and without them;
+- `--faults`: the faults bench's runs (healthy seeds and the zoo), labelled from their gold
+  curves by the same function (a fault whose gold the run does not show: `silent_bug`);
+- `--pipeline`: bench/pipeline_targets.py's kl_coef=0 runs (its healthy seeds are the faults
+  bench's, trained the same), labelled the same way, and its adaptive-KL runs, labelled from
   their held-out gold gain;
 - `--real`: the public real logs with MANIFEST.md's verdicts.
 Prints one JSON line per run: the label, the trainer, and the signals; with `--doc`,
@@ -26,6 +27,7 @@ import statistics
 from pathlib import Path
 
 from benchlib import replace_section
+from calibration import label_run
 from rlhflab.doctor.diagnose import diagnose
 from rlhflab.doctor.formats import read_log
 from rlhflab.doctor.formats.mapping import parse_pairs
@@ -36,6 +38,19 @@ from rlhflab.doctor.table import MetricTable, aligned
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- calibration:start -->", "<!-- calibration:end -->"
+# A label's family (bench/calibration.py's label_run) -> the rule symptoms that name it.
+FAMILY_SYMPTOMS = {"reward_hacking": {"reward_hacking"}, "mode_collapse": {"mode_collapse"},
+                   "truncation": {"responses"}}
+SYMPTOM_OF = {rule.name: rule.symptom for rule in RULES}
+# The callback's held-out columns (bench/calibration.py): its gold and its samples' distinct-2.
+HELD_OUT_MAP = ["gold=reward/gold_mean", "eval_distinct_2=response/distinct_2"]
+
+
+def families_found(row: dict) -> list[str]:
+    """The label's families that some finding of medium or high severity names."""
+    symptoms = {SYMPTOM_OF[f.split(":")[0]] for f in row["findings"] if not f.endswith(":low")
+                and f.split(":")[0] in SYMPTOM_OF}
+    return [family for family in row["families"] if FAMILY_SYMPTOMS[family] & symptoms]
 
 
 def smoothed(table: MetricTable, name: str, any_unit: bool = False) -> list[float] | None:
@@ -105,20 +120,29 @@ def render(rows: list[dict], command: str) -> str:
 
     lines = [START, "### Calibration", "",
              f"Command: `{command}`. Every run read from its metrics alone (no config, no checkup), labelled from its "
-             "gold curve (TRL runs: bench/calibration.py), by its fault (the zoo), or by MANIFEST.md (real logs), "
-             "never by the doctor.", "",
+             "gold curve (bench/calibration.py's label_run, for the TRL runs and rlhflab's), or by MANIFEST.md (real "
+             "logs), never by the doctor.", "",
              f"| rule | fired on healthy runs ({len(healthy)}) | fired on pathological runs ({len(sick)}) |",
              "|---|---|---|"]
     lines += [f"| `{rule.name}` | {fired(rule.name, healthy)} | {fired(rule.name, sick)} |" for rule in RULES]
-    lines += ["", "| run | label | its truth | verdict | findings (medium or high) |", "|---|---|---|---|---|"]
+    lines += ["", "| run | label | its truth | verdict | of its family | findings (medium or high) |",
+              "|---|---|---|---|---|---|"]
     for r in rows:
         serious = [f.split(":")[0] for f in r["findings"] if not f.endswith(":low")]
-        lines.append(f"| {r['run']} | {r['label']} | {', '.join(r['families']) or '-'} | {r['verdict']} | "
+        found = f"{len(families_found(r))}/{len(r['families'])}" if r["families"] else "-"
+        lines.append(f"| {r['run']} | {r['label']} | {', '.join(r['families']) or '-'} | {r['verdict']} | {found} | "
                      f"{', '.join(serious) or 'none'} |")
     healthy_ok = sum(1 for r in healthy if r["verdict"] != "finding")
     sick_ok = sum(1 for r in sick if r["verdict"] == "finding")
+    family_ok = sum(1 for r in sick if not r["families"] or families_found(r))
+    family_all = sum(1 for r in sick if len(families_found(r)) == len(r["families"]))
+    others = sorted({r["label"] for r in rows} - {"healthy", "pathological"})
     lines += ["", f"Healthy runs without a finding of medium or high severity: {healthy_ok} of {len(healthy)}; "
-              f"pathological runs with one: {sick_ok} of {len(sick)}.", END]
+              f"pathological runs with one: {sick_ok} of {len(sick)}; with one of a family their label names: "
+              f"{family_ok} of {len(sick)} (of every family it names: {family_all}). Runs labelled "
+              f"{' or '.join(others) or 'otherwise'} count in neither: `no_learning` is a run whose gold neither rose "
+              "nor fell, `silent_bug` a zoo fault whose gold the run does not show (the checkup's to find: "
+              "docs/faults.md).", END]
     return "\n".join(lines) + "\n"
 
 
@@ -126,7 +150,21 @@ def gold_label(run: Path) -> dict:
     """A PPO run's label from its held-out gold: healthy when the policy beats the stage-1 model."""
     evaluation = json.loads((run / "metrics" / "eval.json").read_text())
     gain = evaluation["policy"]["gold_mean"] - evaluation["stage1"]["gold_mean"]
-    return {"label": "healthy" if gain > 0 else "pathological", "families": [] if gain > 0 else ["no gold gain"]}
+    return {"label": "healthy" if gain > 0 else "pathological", "families": [] if gain > 0 else ["reward_hacking"]}
+
+
+def curve_label(run: Path, fault: bool) -> dict:
+    """An rlhflab run's label from its gold curve, by bench/calibration.py's label_run (gold
+    and distinct-2 of each step's samples, EOS rate for truncation), never by the doctor. A
+    zoo fault whose gold the run does not show is a `silent_bug`, not a healthy run."""
+    rows = [json.loads(line) for line in (run / "metrics" / "ppo.jsonl").read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if "reward/gold_mean" in r]
+    history = [{"gold": r["reward/gold_mean"], "eval_distinct_2": r.get("response/distinct_2", 1.0),
+                "eval_truncated": 1.0 - r.get("response/eos_rate", 1.0)} for r in rows]
+    label = label_run(history, None)
+    if fault and label["label"] == "healthy":
+        label["label"] = "silent_bug"
+    return {"label": label["label"], "families": label["families"]}
 
 
 def metrics_only(path: Path, mapping=None) -> MetricTable:
@@ -150,31 +188,32 @@ def main() -> None:
         for name, label in json.loads(labels_path.read_text()).items():
             log = args.calibration / name / "trainer_state.json"
             rows.append({"run": f"calibration/{name}", "label": label["label"], "families": label["families"],
-                         **signals(metrics_only(log, parse_pairs(["gold=reward/gold_mean"])))})
+                         **signals(metrics_only(log, parse_pairs(HELD_OUT_MAP)))})
             # The same run as a log without a gold column, as most users' logs are.
             rows.append({"run": f"calibration/{name} (no gold)", "label": label["label"],
                          "families": label["families"], **signals(metrics_only(log))})
     if args.faults.is_dir():
         for run in sorted(p for p in args.faults.iterdir() if (p / "metrics" / "ppo.jsonl").is_file()):
             healthy = run.name.startswith("healthy")
-            rows.append({"run": f"faults/{run.name}", "label": "healthy" if healthy else "pathological",
-                         "families": [] if healthy else [run.name], **signals(metrics_only(run))})
+            rows.append({"run": f"faults/{run.name}", **curve_label(run, fault=not healthy),
+                         **signals(metrics_only(run))})
     if args.pipeline.is_dir():
         for run in sorted(p for p in args.pipeline.iterdir() if (p / "metrics" / "ppo.jsonl").is_file()):
             if not run.name.endswith("-kl0"):  # its healthy seeds are the faults bench's, trained the same
                 continue
-            rows.append({"run": f"pipeline/{run.name}", "label": "pathological", "families": ["reward_hacking"],
+            rows.append({"run": f"pipeline/{run.name}", **curve_label(run, fault=False),
                          **signals(metrics_only(run))})
             for adaptive in sorted((args.pipeline / run.name.replace("-kl0", "-adaptive")).glob("beta*")):
                 rows.append({"run": f"pipeline/{adaptive.parent.name}/{adaptive.name}", **gold_label(adaptive),
                              **signals(metrics_only(adaptive))})
     if (args.real / "MANIFEST.md").is_file():
-        verdicts = {"verl_ppo_qwen2.5-0.5b_gsm8k_resp256.log": "healthy",
-                    "trl_grpo_vlm_qwen2.5vl-3b_collapse_run_terminal.md": "pathological",
-                    "dschat_step3_opt1.3b_opt350m.log": "cannot_tell"}
-        for name, label in verdicts.items():
+        verdicts = {"verl_ppo_qwen2.5-0.5b_gsm8k_resp256.log": ("healthy", []),
+                    "trl_grpo_vlm_qwen2.5vl-3b_collapse_run_terminal.md": ("pathological",
+                                                                            ["mode_collapse", "reward_hacking"]),
+                    "dschat_step3_opt1.3b_opt350m.log": ("cannot_tell", [])}
+        for name, (label, families) in verdicts.items():
             if (args.real / name).is_file():
-                rows.append({"run": f"real/{name}", "label": label, "families": [],
+                rows.append({"run": f"real/{name}", "label": label, "families": families,
                              **signals(read_log(args.real / name))})
     for row in rows:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}))

@@ -3,6 +3,7 @@ right onset within a tolerance) and on healthy traces (nothing fires)."""
 
 import math
 import random
+import statistics
 from dataclasses import dataclass
 
 import pytest
@@ -12,9 +13,10 @@ from rlhflab.doctor.diagnose import diagnose
 from rlhflab.doctor.findings import Change
 from rlhflab.doctor.formats import DIALECTS_BY_NAME, render_change, verify_command
 from rlhflab.doctor.rules import RULE_NAMES, RULES
+from rlhflab.doctor.rules.kl import KL_EARLY_GROWTH, KL_UNPENALISED_GROWTH
 from rlhflab.doctor.settings import RunSettings
 from rlhflab.doctor.signals import rolling_median, window
-from rlhflab.doctor.table import MetricTable
+from rlhflab.doctor.table import MetricTable, derive_equivalents
 
 N = 80
 
@@ -77,6 +79,7 @@ DEMO = dict(trainer="rlhflab", kl_coef=0.2, kl_estimator="k1", kl_horizon=256, c
 def table_of(records, rm=RM_HEALTHY, **settings) -> MetricTable:
     table = MetricTable.from_records(records + rm, source="synthetic")
     table.settings = RunSettings(**settings)
+    derive_equivalents(table)  # as every format does: KL per token from KL per sequence and length
     dialect = DIALECTS_BY_NAME.get(table.settings.trainer)
     if dialect is not None:  # fixes and verification as the trainer's format would set them
         table.vocabulary, table.verifiable = dict(dialect.vocabulary), dialect.verify
@@ -173,6 +176,65 @@ def kl_explosion_above_target():
     records = modify(healthy_records(2), 30, kl__mean=lambda k, old: 3 + 0.4 * k)  # 2 x target = 6 at k = 7.5
     records = adaptive_coef(records, 3.0)
     return Trace(table_of(records, **DEMO, kl_target=3.0), "kl_explosion", 38, tolerance=6)
+
+
+@firing_trace("kl_explosion")
+def kl_explosion_per_sequence_without_length():
+    # No response length: the per-sequence KL is held to its own early level, not to a number.
+    records = modify(healthy_records(3), 40, kl__mean=lambda k, old: old + 2 * math.exp(0.12 * k) - 2)
+    records = [{k: v for k, v in r.items() if k != "response/length_mean"} for r in records]
+    early = statistics.median(r["kl/mean"] for r in records[window(N):2 * window(N)])
+    onset = crossing(records, "kl/mean", lambda v: v > KL_EARLY_GROWTH.value * early)
+    return Trace(table_of(records), "kl_explosion", onset, tolerance=8)
+
+
+@firing_trace("kl_drift_unpenalised")
+def kl_drifts_without_a_penalty():
+    # beta = 0, per-token KL still under KL_TOKEN_LIMIT, but over 10x its early level by the end.
+    records = modify(healthy_records(4, gold=False), 0, kl__coef=lambda k, old: 0.0,
+                     kl__mean=lambda k, old: 0.05 + 0.1 * k)
+    for r in records:
+        r["per_token"] = r["kl/mean"] / r["response/length_mean"]
+    early = statistics.median(r["per_token"] for r in records[window(N):2 * window(N)])
+    onset = crossing(records, "per_token", lambda v: v > KL_UNPENALISED_GROWTH.value * early)
+    for r in records:
+        del r["per_token"]
+    # A proxy gain bought with that much KL is suspect too.
+    return Trace(table_of(records), "kl_drift_unpenalised", onset, tolerance=8, allowed={"reward_hacking_proxy"})
+
+
+@firing_trace("gold_falling")
+def gold_and_proxy_fall_together():
+    # Updates that make the policy worse at both: gold falls from step 30, and the proxy with it.
+    records = modify(healthy_records(7), 30, reward__gold_mean=lambda k, old: old - 0.012 * k,
+                     reward__proxy_mean=lambda k, old: old - 0.01 * k)
+    peak = 30 + 2  # the smoothed gold's peak, a few steps into the fall
+    onset = crossing(records, "step", lambda step: step > peak + 8)
+    return Trace(table_of(records), "gold_falling", onset, tolerance=10, allowed={"no_learning"})
+
+
+@firing_trace("gold_stalled")
+def proxy_climbs_past_the_gold_peak():
+    # Gold stops improving at step 40 (easing off within its noise) while the proxy keeps climbing.
+    records = modify(healthy_records(5), 40, reward__gold_mean=lambda k, old: 0.35 - 0.001 * k
+                     + random.Random(k).gauss(0, 0.03),
+                     reward__proxy_mean=lambda k, old: old + 0.03 * k)
+    return Trace(table_of(records), "gold_stalled", 40, tolerance=12)
+
+
+def test_unpenalised_drift_is_a_note_while_the_held_out_score_rises():
+    records = modify(healthy_records(4), 0, kl__coef=lambda k, old: 0.0, kl__mean=lambda k, old: 0.05 + 0.1 * k)
+    finding = next(f for f in diagnose(table_of(records)).findings if f.rule == "kl_drift_unpenalised")
+    assert finding.severity == "low" and "held-out score rose" in finding.title
+
+
+def test_gold_in_any_unit_is_read_in_its_own_noise():
+    # The same over-optimised run with gold in VADER units and in percent of a test set: one finding.
+    def run(scale):
+        records = modify(healthy_records(6), 30, reward__gold_mean=lambda k, old: old - 0.01 * k,
+                         reward__proxy_mean=lambda k, old: old + 0.02 * k)
+        return fired(table_of(modify(records, 0, reward__gold_mean=lambda k, old: old * scale)))
+    assert run(1.0).get("reward_hacking_gold") == run(100.0).get("reward_hacking_gold") is not None
 
 
 @firing_trace("kl_negative")
@@ -353,7 +415,9 @@ def answers_shrink_to_a_few_tokens():
     # Gold falls with the length: the TRL GRPO run of ../shared/real_logs, in small.
     records = modify(healthy_records(22, gold=False), 40, response__length_mean=lambda k, old: max(1.0, 11 - 0.5 * k))
     onset = crossing(records, "response/length_mean", lambda v: v < 0.3 * 12)
-    return Trace(table_of(records), "length_collapse", onset, allowed={"reward_hacking_proxy"})
+    # The trace keeps its 4 nats per sequence as the answers shrink to a token or two: a KL
+    # per token that high is the policy far from the reference, and the doctor says so too.
+    return Trace(table_of(records), "length_collapse", onset, allowed={"reward_hacking_proxy", "kl_explosion"})
 
 
 @firing_trace("length_blowup")

@@ -150,7 +150,10 @@ def test_grpo_trainer_state_names_summary_row_eval_rows_and_reward_functions(tmp
     assert table.settings.trainer == "trl-grpo" and table.steps_read == 30  # the summary row is not a step
     assert table.get("kl/token_mean").values[0] == pytest.approx(0.001)
     assert table.estimators["kl/token_mean"] == "k3 (GRPO) or k1 (RLOO)"  # the two log the same names
-    assert table.get("eval/reward/proxy_mean").steps == (50,) and table.get("reward/proxy_mean").steps[0] == 10
+    # The proxy on held-out prompts is the run's held-out score; the training proxy stays apart.
+    assert table.get("reward/gold_mean").steps == (50,) and table.get("reward/proxy_mean").steps[0] == 10
+    assert table.settings.has_gold and "eval/reward/proxy_mean" not in table.series
+    assert any("held-out score eval/reward/proxy_mean" in n for n in table.notes)
     assert table.get("reward/function/format").values[-1] == 0.0
     assert table.get("reward/function/accuracy") is not None
     assert table.get("policy/clipfrac") is None and any("on-policy" in n for n in table.notes)

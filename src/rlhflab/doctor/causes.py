@@ -139,10 +139,16 @@ def inverted_controller(table: MetricTable) -> Cause:
 
 
 # --- clues in the run's settings --------------------------------------------------------
-def _zero_kl(table: MetricTable) -> Cause | None:
+def kl_penalty_off(table: MetricTable) -> bool:
+    """Whether the run has no KL penalty: a coefficient of 0 (from the settings, else the
+    last logged `kl/coef`) and no adaptive target to raise it."""
     settings = table.settings
     coef = settings.kl_coef if settings.kl_coef is not None else _last(table, "kl/coef")
-    if coef == 0.0 and not settings.adaptive_kl:
+    return coef == 0.0 and not settings.adaptive_kl
+
+
+def _zero_kl(table: MetricTable) -> Cause | None:
+    if kl_penalty_off(table):
         return Cause("kl_control", "the KL coefficient is 0: nothing holds the policy near the reference",
                      _kl_fix(table))
     return None

@@ -86,3 +86,24 @@ def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     var = sum((x - mx) ** 2 for x in xs)
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
+
+
+def noise_sigma(values: Sequence[float]) -> float:
+    """Standard deviation of a series' step-to-step noise, free of its trend: the median
+    absolute second difference over 0.6745 x sqrt(6) (a second difference of white noise
+    has variance 6 sigma^2 and cancels any linear trend; the median, scaled by the normal's
+    0.6745, ignores a few outliers: Hampel 1974). 0 for fewer than 3 points."""
+    if len(values) < 3:
+        return 0.0
+    second = [abs(values[i + 1] - 2 * values[i] + values[i - 1]) for i in range(1, len(values) - 1)]
+    return statistics.median(second) / (0.6745 * 6 ** 0.5)
+
+
+def early_level(values: Sequence[float], width: int) -> float | None:
+    """The run's early level of a series that starts at 0 by construction (a KL to the
+    reference before the first update): its median over the second window of `width`
+    points, after the first updates have moved it. None when the run is shorter than two
+    windows."""
+    if len(values) < 2 * width:
+        return None
+    return statistics.median(values[width:2 * width])

@@ -17,7 +17,8 @@ user's `--map` applies on top of any of them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -84,6 +85,9 @@ class Dialect:
     prefixes: tuple[str, ...] = ()  # prefixes a logger adds to the trainer's names (transformers' `train/`)
     eval_prefixes: tuple[str, ...] = ()  # names of evaluation metrics, kept apart from training ones
     vocabulary: Mapping[str, str] = field(default_factory=dict)  # RunSettings field -> the trainer's key
+    # Columns (as read: evaluation ones under `eval/`) that hold a held-out score, in order of
+    # preference: the first the log has becomes `reward/gold_mean`, the run's truth.
+    held_out: tuple[re.Pattern[str], ...] = ()
     interpret: Callable[[MetricTable, frozenset[str]], None] | None = None
     verify: bool = False  # `rlhflab verify` can rerun a run of this trainer
 
@@ -226,6 +230,7 @@ def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str,
     table.settings = RunSettings(**{"trainer": dialect.name, **raw.settings,
                                     "has_gold": table.get("reward/gold_mean") is not None})
     convert_units(table, plan.units)
+    adopt_held_out(table, dialect.held_out)
     if dialect.interpret is not None:
         dialect.interpret(table, frozenset(names))
     derive_equivalents(table)
@@ -235,6 +240,24 @@ def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str,
                                "estimators are not converted into one another)")
     table.steps_read = _training_steps(table)
     return table
+
+
+def adopt_held_out(table: MetricTable, patterns: tuple[re.Pattern[str], ...]) -> None:
+    """The first column matching one of `patterns` (in their order, then by name) becomes
+    `reward/gold_mean` when the log has no gold column of its own, with a note naming it."""
+    if table.get("reward/gold_mean") is not None:
+        return
+    for pattern in patterns:
+        matches = sorted(name for name in table.series if pattern.match(name))
+        if not matches:
+            continue
+        table.series["reward/gold_mean"] = table.series.pop(matches[0])
+        table.settings = replace(table.settings, has_gold=True)
+        table.unknown = [n for n in table.unknown if n != matches[0]]
+        table.evaluation = [n for n in table.evaluation if n != matches[0]]
+        others = f"; not read: {', '.join(matches[1:])}" if matches[1:] else ""
+        table.notes.append(f"reward/gold_mean is the held-out score {matches[0]}{others}")
+        return
 
 
 def _drop_collisions(rename: dict[str, str], records: list[dict[str, Any]], preferred: set[str],

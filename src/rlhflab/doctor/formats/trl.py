@@ -14,6 +14,7 @@ evaluation rows (`eval_*` in `log_history`) under `eval/`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from rlhflab.doctor.formats.spec import Column, Dialect
@@ -27,6 +28,9 @@ TRAINER_BOOKKEEPING = frozenset({
 })
 LOGGER_PREFIXES = ("train/",)
 EVAL_PREFIXES = ("eval_", "eval/")
+# The proxy evaluated on held-out prompts (`eval_reward`, `eval_objective/scores`): the
+# held-out score a proxy rising on the training prompts alone is read against.
+HELD_OUT = (re.compile(r"^eval/reward/proxy_mean$"),)
 
 # --- PPO, 0.11 to 1.12 (`PPOTrainer.train`, its `metrics` dict) ---------------------------
 PPO_COLUMNS = {
@@ -84,6 +88,7 @@ TRL_PPO = Dialect(
     ignored=TRAINER_BOOKKEEPING | {"eps", "episode"},
     prefixes=LOGGER_PREFIXES,
     eval_prefixes=EVAL_PREFIXES,
+    held_out=HELD_OUT,
     vocabulary=PPO_VOCABULARY,
     interpret=_ppo_artefacts,
 )
@@ -200,6 +205,7 @@ TRL_GRPO = Dialect(
         "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max"}),
     prefixes=LOGGER_PREFIXES,
     eval_prefixes=EVAL_PREFIXES,
+    held_out=HELD_OUT,
     vocabulary=GRPO_VOCABULARY,
     interpret=_grpo_interpret,
 )

@@ -78,7 +78,7 @@ KL_LOSS_VOCABULARY = {"kl_coef": "actor_rollout_ref.actor.kl_loss_coef",
 def _interpret(table: MetricTable, names: frozenset[str]) -> None:
     """A run whose KL is a loss term (`actor/kl_loss`, GRPO's usual setting) is fixed with
     `actor.kl_loss_coef`, not the in-reward controller's coefficient; the first logged
-    coefficient is the run's beta. The first validation score column is the truth."""
+    coefficient is the run's beta."""
     if "actor/kl_loss" in names and not {"critic/kl", "actor/reward_kl_penalty"} & names:
         table.vocabulary.update(KL_LOSS_VOCABULARY)
         table.notes.append("KL to the reference is a loss term here (actor/kl_loss; k3 assumed, veRL's default "
@@ -88,13 +88,6 @@ def _interpret(table: MetricTable, names: frozenset[str]) -> None:
     coef = table.get("kl/coef")
     if coef is not None and table.settings.kl_coef is None:
         table.settings = replace(table.settings, kl_coef=coef.values[0])
-    validation = sorted(n for n in names if VALIDATION.match(n) and n in table.series)
-    if validation and table.get("reward/gold_mean") is None:
-        table.series["reward/gold_mean"] = table.series.pop(validation[0])
-        table.settings = replace(table.settings, has_gold=True)
-        table.unknown = [n for n in table.unknown if n != validation[0]]
-        others = f"; not read: {', '.join(validation[1:])}" if validation[1:] else ""
-        table.notes.append(f"reward/gold_mean is the validation score {validation[0]}{others}")
 
 
 DIALECT = Dialect(
@@ -106,6 +99,7 @@ DIALECT = Dialect(
                        "actor/reward_kl_penalty", "actor/kl_loss", "response_length/clip_ratio", "actor/lr(1e-4)"}),
     ignored=IGNORED,
     vocabulary=VOCABULARY,
+    held_out=(VALIDATION,),
     interpret=_interpret,
 )
 

@@ -7,26 +7,39 @@ from typing import Callable
 
 from rlhflab.doctor import causes
 from rlhflab.doctor.findings import Evidence
-from rlhflab.doctor.rules.kl import KL_ABS_LIMIT, KL_TOKEN_LIMIT
+from rlhflab.doctor.rules.kl import kl_limit, level
 from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule
 from rlhflab.doctor.rules.reward_model import RM_SCORES_LENGTH, RM_WEAK
 from rlhflab.doctor.rules.update import LARGE_FIRST_UPDATE, UNSCALED_REWARDS
-from rlhflab.doctor.signals import baseline, first_where, smooth, window
+from rlhflab.doctor.signals import baseline, first_where, noise_sigma, smooth, window
 from rlhflab.doctor.table import MetricTable, aligned
 
 GOLD_DROP = Threshold(
-    "GOLD_DROP", 0.15,
-    "gold units (VADER compound scale) below the smoothed peak; Gao et al. 2022: gold reward peaks, then falls as "
-    "the policy over-optimises the proxy")
+    "GOLD_DROP", 3.0,
+    "standard deviations of the gold's own step-to-step noise (signals.noise_sigma) that its smoothed level ends below "
+    "its smoothed peak, so that any gold or held-out column, in any unit, is read the same way (Gao et al. 2022: gold "
+    "peaks, then falls as the policy over-optimises the proxy). Fitted on rlhflab runs (bench/rule_calibration.py): "
+    "healthy 0.1-1.9 (3 seeds, adaptive KL), gold falling 11.3-18.6 (kl_coef=0 x4, reward_scale_100x); checked on "
+    "TRL runs labelled by their gold: healthy 0-2.1 (the margin, 1.4x), over-optimised 4.8-8.7 (length reward, cold "
+    "sampling, PPO beta = 0); the 30x learning rates fall 2.0-2.5 sigma of a very noisy gold and are left to the KL "
+    "rules")
 PROXY_RISE = Threshold(
-    "PROXY_RISE", 0.1, "standardised reward units above the proxy at the gold peak (Gao et al. 2022)")
+    "PROXY_RISE", 1.0,
+    "standard deviations of the proxy's own noise that the smoothed proxy ends above its level at the gold peak: the "
+    "proxy still gaining while gold falls (Gao et al. 2022); a proxy that falls with gold is another failure")
+GOLD_STALL_SHARE = Threshold(
+    "GOLD_STALL_SHARE", 0.25,
+    "of the run since the gold's smoothed peak: that long without a new best while the proxy keeps rising is a run "
+    "buying proxy reward only (Gao et al. 2022: past the gold peak more optimisation does not help); a note")
+PROXY_STALL_RISE = Threshold(
+    "PROXY_STALL_RISE", 3.0, "standard deviations of the proxy's noise gained since the gold's peak")
 HACK_PROXY_RISE = Threshold(
     "HACK_PROXY_RISE", 0.5,
     "standardised units over the run; no gold signal: proxy gains are suspect when they come with drift")
-HACK_KL = Threshold(
-    "HACK_KL", 0.75 * KL_ABS_LIMIT.value,
-    "nats per sequence, 3/4 of KL_ABS_LIMIT: a proxy gain bought with that much KL is suspect (lm-human-preferences' "
-    "6-nat target, Ziegler et al. 2019); healthy demo runs end below 6 nats")
+HACK_KL_SHARE = Threshold(
+    "HACK_KL_SHARE", 0.75,
+    "of the KL limit kl_explosion holds the run to (per token, the adaptive target's, or the early-level growth): a "
+    "proxy gain bought with that much KL is suspect (Ziegler et al. 2019's 6-nat target; Gao et al. 2022)")
 LENGTH_DRIFT = Threshold(
     "LENGTH_DRIFT", 0.5, "relative change of mean length; Singhal et al. 2023: length is the most common proxy exploit")
 EOS_DROP = Threshold(
@@ -39,33 +52,102 @@ HACKING_CLUES = (causes.ZERO_KL, RM_SCORES_LENGTH, RM_WEAK, UNSCALED_REWARDS, LA
 
 
 @rule("reward_hacking_gold", "reward_hacking", requires=("reward/proxy_mean", "reward/gold_mean"),
-      thresholds=(GOLD_DROP, PROXY_RISE), causes=HACKING_CAUSES + (causes.step_size,), clues=HACKING_CLUES)
+      thresholds=(GOLD_DROP, PROXY_RISE), causes=HACKING_CAUSES + (causes.step_size,), clues=HACKING_CLUES,
+      relative=("reward/proxy_mean", "reward/gold_mean"))
 def reward_hacking_gold(table: MetricTable) -> Detection | None:
-    """Proxy reward still rising while gold reward falls from its peak (Gao et al. 2022)."""
-    proxy, gold = aligned(table.get("reward/proxy_mean"), table.get("reward/gold_mean"))
+    """Proxy reward still rising while the gold or held-out score falls from its peak (Gao
+    et al. 2022), each measured in its own noise."""
+    curves = gold_and_proxy(table)
+    if curves is None:
+        return None
+    gold, proxy, g, p, peak = curves
+    gold_noise, proxy_noise = noise_sigma(gold.values), noise_sigma(proxy.values)
+    drop, rise = GOLD_DROP.value * gold_noise, PROXY_RISE.value * proxy_noise
+    if not (g[-1] < g[peak] - drop and p[-1] > p[peak] + rise and gold_noise > 0):
+        return None
+    # Onset: the first step after the peak where gold is GOLD_DROP below it.
+    below = next(i for i in range(peak, len(g)) if g[i] < g[peak] - drop)
+    return Detection(
+        f"reward hacking: proxy rose {p[-1] - p[peak]:+.3g} while gold fell {g[-1] - g[peak]:+.3g} from its peak",
+        "high", gold.steps[below],
+        (evidence("reward/gold_mean", gold, below, f"smoothed gold {GOLD_DROP.value:g} sigma ({drop:.3g}) below its "
+                  f"peak {g[peak]:.3g} (step {gold.steps[peak]})", GOLD_DROP.source, peak=g[peak],
+                  peak_step=float(gold.steps[peak]), noise_sigma=gold_noise),
+         evidence("reward/proxy_mean", proxy, below, f"smoothed proxy > {PROXY_RISE.value:g} sigma ({rise:.3g}) above "
+                  "its value at the gold peak", PROXY_RISE.source, at_gold_peak=p[peak], noise_sigma=proxy_noise)),
+    )
+
+
+def gold_and_proxy(table: MetricTable):
+    """(gold, proxy, smoothed gold, smoothed proxy, index of the gold's smoothed peak) at
+    the steps both have, or None when there are fewer than 6."""
+    proxy, gold = aligned(table.get("reward/proxy_mean", any_unit=True), table.get("reward/gold_mean", any_unit=True))
     n = len(gold)
     if n < 6:
         return None
     w = window(n)
     g, p = smooth(gold.values, w), smooth(proxy.values, w)
-    peak = max(range(n), key=g.__getitem__)
-    drop, rise = GOLD_DROP.value, PROXY_RISE.value
-    if not (g[-1] < g[peak] - drop and p[-1] > p[peak] + rise):
+    return gold, proxy, g, p, max(range(n), key=g.__getitem__)
+
+
+@rule("gold_falling", "ppo_instability", requires=("reward/proxy_mean", "reward/gold_mean"),
+      thresholds=(GOLD_DROP, PROXY_RISE), causes=(causes.advantages_values, causes.logprob_bookkeeping,
+                                                  causes.step_size, causes.kl_control),
+      relative=("reward/proxy_mean", "reward/gold_mean"))
+def gold_falling(table: MetricTable) -> Detection | None:
+    """The gold or held-out score falls from its peak while the proxy does not rise with it:
+    not over-optimisation but updates that make the policy worse at both, which points at the
+    update itself (credit, logprobs, step size) before the reward."""
+    curves = gold_and_proxy(table)
+    if curves is None:
         return None
-    # Onset: the first step after the peak where gold is GOLD_DROP below it.
-    below = next(i for i in range(peak, n) if g[i] < g[peak] - drop)
+    gold, proxy, g, p, peak = curves
+    gold_noise, proxy_noise = noise_sigma(gold.values), noise_sigma(proxy.values)
+    drop = GOLD_DROP.value * gold_noise
+    if not (gold_noise > 0 and g[-1] < g[peak] - drop and p[-1] <= p[peak] + PROXY_RISE.value * proxy_noise):
+        return None
+    below = next(i for i in range(peak, len(g)) if g[i] < g[peak] - drop)
     return Detection(
-        f"reward hacking: proxy rose {p[-1] - p[peak]:+.2f} while gold fell {g[-1] - g[peak]:+.2f} from its peak",
-        "high", gold.steps[below],
-        (evidence("reward/gold_mean", gold, below, f"smoothed gold {drop} below its peak {g[peak]:.3f} "
-                  f"(step {gold.steps[peak]})", GOLD_DROP.source, peak=g[peak], peak_step=float(gold.steps[peak])),
-         evidence("reward/proxy_mean", proxy, below, f"smoothed proxy > {rise} above its value at the gold peak",
-                  PROXY_RISE.source, at_gold_peak=p[peak])),
+        f"the policy is getting worse: gold fell {g[-1] - g[peak]:+.3g} from its peak, the proxy "
+        f"{p[-1] - p[peak]:+.3g} with it", "medium", gold.steps[below],
+        (evidence("reward/gold_mean", gold, below, f"smoothed gold {GOLD_DROP.value:g} sigma ({drop:.3g}) below its "
+                  f"peak {g[peak]:.3g} (step {gold.steps[peak]})", GOLD_DROP.source, peak=g[peak],
+                  noise_sigma=gold_noise),
+         evidence("reward/proxy_mean", proxy, below, f"smoothed proxy not {PROXY_RISE.value:g} sigma above its value "
+                  "at the gold peak", PROXY_RISE.source, at_gold_peak=p[peak])),
+    )
+
+
+@rule("gold_stalled", "reward_hacking", requires=("reward/proxy_mean", "reward/gold_mean"),
+      thresholds=(GOLD_STALL_SHARE, PROXY_STALL_RISE, GOLD_DROP), causes=(causes.exploitable_reward_model,
+                                                                         causes.kl_control),
+      relative=("reward/proxy_mean", "reward/gold_mean"))
+def gold_stalled(table: MetricTable) -> Detection | None:
+    """The proxy keeps rising while the gold or held-out score has not improved for a quarter
+    of the run (a note, low severity): training past the gold's peak buys proxy reward only;
+    the best checkpoint is the one at the peak."""
+    curves = gold_and_proxy(table)
+    if curves is None:
+        return None
+    gold, proxy, g, p, peak = curves
+    n = len(g)
+    gold_noise, proxy_noise = noise_sigma(gold.values), noise_sigma(proxy.values)
+    stalled = n - 1 - peak >= GOLD_STALL_SHARE.value * n
+    fell = g[-1] < g[peak] - GOLD_DROP.value * gold_noise  # reward_hacking_gold's case
+    if not stalled or fell or p[-1] - p[peak] <= PROXY_STALL_RISE.value * proxy_noise:
+        return None
+    return Detection(
+        f"gold stalled: no new best since step {gold.steps[peak]} while the proxy rose {p[-1] - p[peak]:+.3g}",
+        "low", gold.steps[peak],
+        (evidence("reward/gold_mean", gold, peak, f"no higher smoothed value for {n - 1 - peak} of {n} points "
+                  f"(>= {GOLD_STALL_SHARE.value:.0%} of the run)", GOLD_STALL_SHARE.source, peak=g[peak]),
+         evidence("reward/proxy_mean", proxy, peak, f"smoothed proxy rose > {PROXY_STALL_RISE.value:g} sigma "
+                  f"({PROXY_STALL_RISE.value * proxy_noise:.3g}) since", PROXY_STALL_RISE.source)),
     )
 
 
 @rule("reward_hacking_proxy", "reward_hacking", requires=("reward/proxy_mean",),
-      thresholds=(HACK_PROXY_RISE, HACK_KL, LENGTH_DRIFT, EOS_DROP, DISTINCT2_DRIFT),
+      thresholds=(HACK_PROXY_RISE, HACK_KL_SHARE, LENGTH_DRIFT, EOS_DROP, DISTINCT2_DRIFT),
       causes=HACKING_CAUSES + (causes.unended_responses, causes.step_size), clues=HACKING_CLUES)
 def reward_hacking_proxy(table: MetricTable) -> Detection | None:
     """Without gold: proxy rising together with fast KL growth, length/EOS drift or lost diversity."""
@@ -89,13 +171,15 @@ def reward_hacking_proxy(table: MetricTable) -> Detection | None:
         if onset is not None:
             signals.append((series.steps[onset], evidence(metric, series, onset, threshold, source)))
 
-    if table.get("kl/token_mean") is not None:  # per token where the log allows it, as kl_explosion
-        per_token = HACK_KL.value / KL_ABS_LIMIT.value * KL_TOKEN_LIMIT.value
-        drift("kl/token_mean", lambda v, s: v > per_token, f"kl/token_mean > {per_token:g} nats per token while "
-              "proxy rises", f"{HACK_KL.value / KL_ABS_LIMIT.value:g} of KL_TOKEN_LIMIT, as HACK_KL of KL_ABS_LIMIT")
-    else:
-        drift("kl/mean", lambda v, s: v > HACK_KL.value, f"kl/mean > {HACK_KL.value} nats while proxy rises",
-              HACK_KL.source)
+    limit = kl_limit(table)  # the KL in the unit and against the limit kl_explosion holds it to
+    if limit is not None:
+        kl = table.get(limit.metric)
+        onset = first_where(level(kl, limit.robust), lambda v: v > HACK_KL_SHARE.value * limit.value,
+                            persistence(len(kl)))
+        if onset is not None:
+            signals.append((kl.steps[onset], evidence(
+                limit.metric, kl, onset, f"{limit.metric} > {HACK_KL_SHARE.value:g} x {limit.value:.3g} {limit.unit} "
+                "while proxy rises", HACK_KL_SHARE.source)))
     drift("response/length_mean", lambda v, s: abs(v - s) > LENGTH_DRIFT.value * s,
           f"mean length moved more than {LENGTH_DRIFT.value:.0%} from its start", LENGTH_DRIFT.source)
     drift("response/eos_rate", lambda v, s: v < s - EOS_DROP.value, f"EOS rate fell more than {EOS_DROP.value}",

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 
 from rlhflab.doctor import causes
 from rlhflab.doctor.findings import Evidence, Severity
-from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule
+from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule, unless_gold_rises
 from rlhflab.doctor.rules.update import LARGE_FIRST_UPDATE, LARGE_UPDATES, UNSCALED_REWARDS
-from rlhflab.doctor.signals import first_where, rolling_median, slope, smooth, sustained, window
-from rlhflab.doctor.table import MetricTable, aligned
+from rlhflab.doctor.signals import early_level, first_where, rolling_median, slope, smooth, sustained, window
+from rlhflab.doctor.table import MetricTable, Series, aligned
 
-KL_ABS_LIMIT = Threshold(
-    "KL_ABS_LIMIT", 20.0,
-    "3x the 6-nat adaptive-KL target of lm-human-preferences (Ziegler et al. 2019, as reproduced by Huang et al. "
-    "2023); healthy demo runs end below 6 nats")
 KL_TOKEN_LIMIT = Threshold(
     "KL_TOKEN_LIMIT", 1.0,
     "nats per token (rolling median), fitted on labelled runs read from their metrics alone "
@@ -24,6 +21,15 @@ KL_TOKEN_LIMIT = Threshold(
     "steps, 256-token responses), runs whose KL ran away at 7.2-12.5 (rlhflab kl_coef=0 x4, kl_sign_flipped, "
     "lr_100x, reward_scale_100x); 1.0 sits 2.4x above the highest healthy peak and 7x below the lowest runaway. "
     "Checked on TRL GRPO/RLOO runs it was not fitted on: healthy 0.04-0.08, 30x learning rate 9.6 and 528")
+KL_EARLY_GROWTH = Threshold(
+    "KL_EARLY_GROWTH", 10.0,
+    "times the run's early KL (the median of its second smoothing window), for a per-sequence KL the log gives no "
+    "response length to go per token; fitted on rlhflab runs read from their metrics alone (bench/rule_calibration.py): "
+    "healthy 2.7-3.5 (3 seeds) and 5.4-7.3 (adaptive KL), runaways 15.8-108 (kl_coef=0 x4, kl_sign_flipped, "
+    "reward_scale_100x); 10 sits 1.4x above the highest healthy and 1.6x below the lowest runaway. Checked on runs it "
+    "was not fitted on: TRL PPO healthy 3.8-4.4, beta = 0 at 3x lr 57; TRL GRPO/RLOO healthy 3.3-8.4 (the thinnest "
+    "margin, 1.2x), veRL PPO healthy 3.3. Runs whose KL is already far out in the early window (a 30x learning rate) "
+    "are not growth cases: approx-KL and clipfrac rules catch them")
 KL_TARGET_FACTOR = Threshold(
     "KL_TARGET_FACTOR", 2.0,
     "Ziegler et al. 2019 sec. 2.2: the controller bounds the error at +-20%; 2x target = control lost")
@@ -48,47 +54,29 @@ CONTROLLER_DEADBAND = Threshold(
 
 
 @rule("kl_explosion", "exploding_kl", requires=("kl/mean",),
-      thresholds=(KL_TOKEN_LIMIT, KL_ABS_LIMIT, KL_TARGET_FACTOR, KL_GROWTH_FACTOR, KL_GROWTH_FLOOR, KL_HIGH_FACTOR),
+      thresholds=(KL_TOKEN_LIMIT, KL_EARLY_GROWTH, KL_TARGET_FACTOR, KL_GROWTH_FACTOR, KL_GROWTH_FLOOR,
+                  KL_HIGH_FACTOR),
       causes=(causes.kl_control, causes.step_size, causes.reward_scaling, causes.exploitable_reward_model,
               causes.logprob_bookkeeping),
       clues=(causes.ZERO_KL, causes.CLIP_NEVER_CLIPS, LARGE_UPDATES, UNSCALED_REWARDS, LARGE_FIRST_UPDATE))
 def kl_explosion(table: MetricTable) -> Detection | None:
-    """KL to the reference above 2x the run's adaptive target, else above an absolute limit per
-    token (per sequence when the log has no response length), or growing super-linearly."""
-    # Against the run's own adaptive target when it has one (its unit is the log's); else
-    # per token where the log allows it (a per-token KL, or a per-sequence one and the
-    # response length): a per-sequence limit would call every long-response run explosive.
-    target = table.settings.kl_target
-    per_token = target is None and table.get("kl/token_mean") is not None
-    metric = "kl/token_mean" if per_token else "kl/mean"
+    """KL to the reference above 2x the run's adaptive target, else above a limit per token,
+    else (a per-sequence KL without response lengths) grown 10x from the run's early level;
+    or growing super-linearly."""
+    limit = kl_limit(table)
+    if limit is None:
+        return None
+    metric, unit, limit_value, threshold, source = limit.metric, limit.unit, limit.value, limit.threshold, limit.source
     kl = table.get(metric)
     n = len(kl)
-    w = window(n)
-    s = smooth(kl.values, w)
-    if per_token:
-        # A per-token batch mean of k3 spikes on single batches (exp of a log ratio): a
-        # healthy TRL GRPO run reaches 5.2 on one step of 200. The rolling median holds the
-        # level (0.05 there) where a moving average would carry the spike for a window.
-        medians = rolling_median(kl.values, w)
-        s = [medians[0]] * (w - 1) + medians if medians else s
-        limit, unit = KL_TOKEN_LIMIT.value, "nats/token"
-        threshold, source = (f"kl/token_mean's rolling median over {w} steps > {limit} nats per token",
-                             KL_TOKEN_LIMIT.source)
-    else:
-        limit, unit = KL_ABS_LIMIT.value, "nats"
-        threshold = f"smoothed kl/mean > {limit} nats per sequence (the log has no response length to go per token)"
-        source = KL_ABS_LIMIT.source
-    if target is not None:
-        limit = KL_TARGET_FACTOR.value * target
-        threshold = f"smoothed kl/mean > {KL_TARGET_FACTOR.value} x kl_target = {limit:g} nats"
-        source = KL_TARGET_FACTOR.source
-    onset = first_where(s, lambda v: v > limit, persistence(n))
+    s = level(kl, robust=limit.robust)
+    onset = first_where(s, lambda v: v > limit_value, persistence(n))
     third = max(2, n // 3)
     early = slope(kl.steps[:third], s[:third])
     late = slope(kl.steps[-third:], s[-third:])
-    floor = KL_GROWTH_FLOOR.value * limit  # in the series' own unit
-    superlinear = n >= 9 and late > KL_GROWTH_FACTOR.value * max(early, 1e-3 * limit / KL_ABS_LIMIT.value) \
-        and s[-1] > floor
+    floor = KL_GROWTH_FLOOR.value * limit_value  # in the series' own unit
+    # A floor under the early slope: from a flat start any growth would be super-linear.
+    superlinear = n >= 9 and late > KL_GROWTH_FACTOR.value * max(early, 5e-5 * limit_value) and s[-1] > floor
     if onset is None and not superlinear:
         return None
     if onset is None:
@@ -96,7 +84,7 @@ def kl_explosion(table: MetricTable) -> Detection | None:
         threshold = (f"slope of {metric} over the last third > {KL_GROWTH_FACTOR.value}x the first third's, "
                      f"and {metric} > {floor:g} {unit}")
         source = KL_GROWTH_FACTOR.source
-    severity: Severity = "high" if s[-1] > KL_HIGH_FACTOR.value * limit or superlinear else "medium"
+    severity: Severity = "high" if s[-1] > KL_HIGH_FACTOR.value * limit_value or superlinear else "medium"
     found = [evidence(metric, kl, onset, threshold, source, peak=max(kl.values), early_slope=early,
                       late_slope=late)]
     coef = table.get("kl/coef")
@@ -104,6 +92,92 @@ def kl_explosion(table: MetricTable) -> Detection | None:
         found.append(Evidence("kl/coef", coef.steps[0], {"start": coef.values[0], "end": coef.values[-1]},
                               "the coefficient the penalty used", "logged by the trainer"))
     return Detection(f"exploding KL: {metric} reached {s[-1]:.3g} {unit}", severity, kl.steps[onset], tuple(found))
+
+
+def level(kl: Series, robust: bool) -> list[float]:
+    """The KL's level at every step: with `robust`, a rolling median (the first window
+    holds its first value), else a trailing moving average. A per-token batch mean of k3
+    spikes on single batches (exp of a log ratio: a healthy TRL GRPO run reaches 5.2 on one
+    step of 200, at a level of 0.05) and a growth is measured from a level near 0, where a
+    moving average would carry one spike for a whole window."""
+    w = window(len(kl))
+    if robust:
+        medians = rolling_median(kl.values, w)
+        if medians:
+            return [medians[0]] * (w - 1) + medians
+    return smooth(kl.values, w)
+
+
+@dataclass(frozen=True)
+class KLLimit:
+    """The KL series a run is held to, in its unit, the limit and where the limit comes from."""
+
+    metric: str
+    unit: str
+    value: float
+    threshold: str
+    source: str
+    robust: bool  # compared through a rolling median (level)
+
+
+def kl_limit(table: MetricTable) -> KLLimit | None:
+    """The limit the KL is held to: the run's own adaptive target when it has one (in the
+    log's unit); else per token where the log allows it (a per-token KL, or a per-sequence
+    one and the response length); else a per-sequence KL relative to its early level, since
+    a per-sequence limit would call every long-response run explosive. None without a KL,
+    or when the run is too short to tell its early level, or that level is not positive."""
+    target, kl, per_token = table.settings.kl_target, table.get("kl/mean"), table.get("kl/token_mean")
+    if target is not None and kl is not None:
+        limit = KL_TARGET_FACTOR.value * target
+        return KLLimit("kl/mean", "nats", limit, f"smoothed kl/mean > {KL_TARGET_FACTOR.value} x kl_target = "
+                       f"{limit:g} nats", KL_TARGET_FACTOR.source, robust=False)
+    if per_token is not None:
+        return KLLimit("kl/token_mean", "nats/token", KL_TOKEN_LIMIT.value,
+                       f"kl/token_mean's rolling median over {window(len(per_token))} steps > {KL_TOKEN_LIMIT.value} "
+                       "nats per token", KL_TOKEN_LIMIT.source, robust=True)
+    if kl is None:
+        return None
+    start = early_level(kl.values, window(len(kl)))
+    if start is None or start <= 0:
+        return None
+    limit = KL_EARLY_GROWTH.value * start
+    return KLLimit("kl/mean", "nats", limit, f"kl/mean's rolling median > {KL_EARLY_GROWTH.value:g} x its early "
+                   f"level {start:.3g} nats (the log has no response length to go per token)",
+                   KL_EARLY_GROWTH.source, robust=True)
+
+
+KL_UNPENALISED_GROWTH = Threshold(
+    "KL_UNPENALISED_GROWTH", KL_EARLY_GROWTH.value,
+    "times the run's early KL, as KL_EARLY_GROWTH, in any unit: without a penalty nothing holds the policy near the "
+    "reference, so a KL that keeps growing is the drift the penalty exists to stop (Ziegler et al. 2019 sec. 2.2; "
+    "Stiennon et al. 2020 fig. 5: without it the policy over-optimises)")
+
+
+@rule("kl_drift_unpenalised", "exploding_kl", requires=("kl/mean",), thresholds=(KL_UNPENALISED_GROWTH,),
+      causes=(causes.kl_control, causes.step_size), clues=(causes.ZERO_KL,), relative=("kl/mean",))
+def kl_drift_unpenalised(table: MetricTable) -> Detection | None:
+    """A run without a KL penalty (beta = 0) whose KL to the reference keeps growing: 10x its
+    early level (medium; a note while the held-out score rises, as in DAPO-style runs that
+    drop the penalty on purpose)."""
+    if not causes.kl_penalty_off(table):
+        return None
+    metric = "kl/token_mean" if table.get("kl/token_mean") is not None else "kl/mean"
+    kl = table.get(metric, any_unit=True)
+    n = len(kl)
+    s = level(kl, robust=True)
+    start = early_level(kl.values, window(n))
+    if start is None or start <= 0:
+        return None
+    limit = KL_UNPENALISED_GROWTH.value * start
+    onset = first_where(s, lambda v: v > limit, persistence(n))
+    if onset is None:
+        return None
+    found = Detection(
+        f"KL drifting without a penalty: {metric} grew {s[-1] / start:.0f}x from its early level", "medium",
+        kl.steps[onset], (evidence(metric, kl, onset, f"{metric}'s level > {KL_UNPENALISED_GROWTH.value:g} x its "
+                                   f"early level {start:.3g}, with a KL coefficient of 0",
+                                   KL_UNPENALISED_GROWTH.source, early_level=start),))
+    return unless_gold_rises(table, found, "an unpenalised run may drift while it learns the task")
 
 
 @rule("kl_negative", "exploding_kl", requires=("kl/mean",), thresholds=(KL_NEGATIVE_LIMIT,),
