@@ -203,8 +203,12 @@ def main() -> None:
                 continue
             rows.append({"run": f"pipeline/{run.name}", **curve_label(run, fault=False),
                          **signals(metrics_only(run))})
-            for adaptive in sorted((args.pipeline / run.name.replace("-kl0", "-adaptive")).glob("beta*")):
-                rows.append({"run": f"pipeline/{adaptive.parent.name}/{adaptive.name}", **gold_label(adaptive),
+            # Adaptive KL from a beta 4x off (healthy when its gold gains) and the inverted
+            # controller (bench/pipeline_targets.py for seed 0, bench/controller_check.py after).
+            for adaptive in sorted((args.pipeline / run.name.replace("-kl0", "-adaptive")).glob("*/metrics/ppo.jsonl")):
+                adaptive = adaptive.parents[1]
+                label = gold_label(adaptive) if adaptive.name.startswith("beta") else curve_label(adaptive, fault=True)
+                rows.append({"run": f"pipeline/{adaptive.parent.name}/{adaptive.name}", **label,
                              **signals(metrics_only(adaptive))})
     if (args.real / "MANIFEST.md").is_file():
         verdicts = {"verl_ppo_qwen2.5-0.5b_gsm8k_resp256.log": ("healthy", []),

@@ -34,8 +34,11 @@ GOLD_STALL_SHARE = Threshold(
 PROXY_STALL_RISE = Threshold(
     "PROXY_STALL_RISE", 3.0, "standard deviations of the proxy's noise gained since the gold's peak")
 HACK_PROXY_RISE = Threshold(
-    "HACK_PROXY_RISE", 0.5,
-    "standardised units over the run; no gold signal: proxy gains are suspect when they come with drift")
+    "HACK_PROXY_RISE", 2.0,
+    "standard deviations of the proxy's own noise gained over the run (signals.noise_sigma), in whatever unit the "
+    "trainer logs its reward: without a gold signal a proxy gain beyond its noise is suspect when it comes with drift. "
+    "A gate, not a verdict: healthy labelled runs gain 0.8-25 sigma (bench/rule_calibration.py), the drift signals "
+    "decide")
 HACK_KL_SHARE = Threshold(
     "HACK_KL_SHARE", 0.75,
     "of the KL limit kl_explosion holds the run to (per token, the adaptive target's, or the early-level growth): a "
@@ -157,7 +160,8 @@ def reward_hacking_proxy(table: MetricTable) -> Detection | None:
     n = len(proxy)
     w = window(n)
     p = smooth(proxy.values, w)
-    if n < 6 or p[-1] - baseline(proxy.values, w) < HACK_PROXY_RISE.value:
+    gate = HACK_PROXY_RISE.value * noise_sigma(proxy.values)
+    if n < 6 or gate <= 0 or p[-1] - baseline(proxy.values, w) < gate:
         return None
     signals: list[tuple[int, Evidence]] = []
 
@@ -189,7 +193,8 @@ def reward_hacking_proxy(table: MetricTable) -> Detection | None:
     if not signals:
         return None
     onset = min(step for step, _ in signals)
-    found = (evidence("reward/proxy_mean", proxy, 0, f"proxy rose > {HACK_PROXY_RISE.value} over the run",
+    found = (evidence("reward/proxy_mean", proxy, 0, f"proxy rose > {HACK_PROXY_RISE.value:g} sigma ({gate:.3g}) over "
+                      "the run",
                       HACK_PROXY_RISE.source),) + tuple(e for _, e in signals)
     return Detection("likely reward hacking (no gold signal): proxy rises with drift in "
                      + ", ".join(e.metric for _, e in signals), "medium", onset, found)

@@ -11,7 +11,7 @@ from rlhflab.doctor import causes
 from rlhflab.doctor.findings import Evidence, Severity
 from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule, unless_gold_rises
 from rlhflab.doctor.rules.update import LARGE_FIRST_UPDATE, LARGE_UPDATES, UNSCALED_REWARDS
-from rlhflab.doctor.signals import early_level, first_where, rolling_median, slope, smooth, sustained, window
+from rlhflab.doctor.signals import early_level, first_where, noise_sigma, rolling_median, slope, smooth, sustained, window
 from rlhflab.doctor.table import MetricTable, Series, aligned
 
 KL_TOKEN_LIMIT = Threshold(
@@ -23,7 +23,8 @@ KL_TOKEN_LIMIT = Threshold(
     "Checked on TRL GRPO/RLOO runs it was not fitted on: healthy 0.04-0.08, 30x learning rate 9.6 and 528")
 KL_EARLY_GROWTH = Threshold(
     "KL_EARLY_GROWTH", 10.0,
-    "times the run's early KL (the median of its second smoothing window), for a per-sequence KL the log gives no "
+    "times the run's early KL (the median of its second smoothing window, or its noise sigma when higher: a KL "
+    "within its noise of 0 has no level to grow from), for a per-sequence KL the log gives no "
     "response length to go per token; fitted on rlhflab runs read from their metrics alone (bench/rule_calibration.py): "
     "healthy 2.7-3.5 (3 seeds) and 5.4-7.3 (adaptive KL), runaways 15.8-108 (kl_coef=0 x4, kl_sign_flipped, "
     "reward_scale_100x); 10 sits 1.4x above the highest healthy and 1.6x below the lowest runaway. Checked on runs it "
@@ -138,7 +139,10 @@ def kl_limit(table: MetricTable) -> KLLimit | None:
     if kl is None:
         return None
     start = early_level(kl.values, window(len(kl)))
-    if start is None or start <= 0:
+    if start is None:
+        return None
+    start = max(start, noise_sigma(kl.values))  # a KL still within its noise of 0 has no level to grow from
+    if start <= 0:
         return None
     limit = KL_EARLY_GROWTH.value * start
     return KLLimit("kl/mean", "nats", limit, f"kl/mean's rolling median > {KL_EARLY_GROWTH.value:g} x its early "
@@ -166,7 +170,10 @@ def kl_drift_unpenalised(table: MetricTable) -> Detection | None:
     n = len(kl)
     s = level(kl, robust=True)
     start = early_level(kl.values, window(n))
-    if start is None or start <= 0:
+    if start is None:
+        return None
+    start = max(start, noise_sigma(kl.values))  # as kl_limit: growth from within the noise of 0 is not growth
+    if start <= 0:
         return None
     limit = KL_UNPENALISED_GROWTH.value * start
     onset = first_where(s, lambda v: v > limit, persistence(n))
