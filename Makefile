@@ -56,6 +56,7 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/calibration.py --base runs/bench/demo-seed0 --out runs/calibration
 	$(TRL_VENV)/bin/python bench/calibration.py --base runs/bench/demo-seed0 --out runs/calibration --steps 120 \
 		--only ppo-healthy-s0 ppo-healthy-s1 ppo-kl0-lr3x ppo-lr30x
+	$(PY) bench/controller_check.py --seeds 1 2
 	$(PY) bench/rule_calibration.py --doc docs/doctor.md
 	$(PY) bench/checkup_bf16.py
 

@@ -2,7 +2,7 @@
 controller from a beta 4x off either way, and the zoo's inverted controller, trained from
 the healthy runs of other seeds (bench/pipeline_targets.py's `demo-seed{N}`).
 
-    python bench/controller_check.py [--out runs/bench] [--seeds 1 2]
+    python bench/controller_check.py [--out runs/bench] [--seeds 1 2] [--runs beta0.05 beta0.8 inverted]
 
 Writes each run to `OUT/demo-seed{N}-adaptive/{beta0.05,beta0.8,inverted}`, where
 bench/rule_calibration.py reads them with the rest of the calibration set, and prints, for
@@ -41,6 +41,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--preset", default="demo")
+    parser.add_argument("--runs", nargs="+", default=[f"beta{beta:g}" for beta in ADAPTIVE_STARTS] + ["inverted"])
     args = parser.parse_args()
     for seed in args.seeds:
         healthy = RunDir(args.out / f"{args.preset}-seed{seed}")
@@ -49,6 +50,8 @@ def main() -> None:
                     for beta in ADAPTIVE_STARTS}
         variants["inverted"] = (with_fault(config, "adaptive_kl_inverted"), {})
         for name, (base, overrides) in variants.items():
+            if name not in args.runs:
+                continue
             start = time.perf_counter()
             out = args.out / f"{args.preset}-seed{seed}-adaptive" / name
             records, findings = ppo_again(healthy, base, overrides, out)

@@ -26,6 +26,7 @@ from rlhflab.doctor.rules.kl import KL_EARLY_GROWTH, KL_TOKEN_LIMIT
 from rlhflab.doctor.rules.reward_model import RM_GOLD_AGREEMENT_LIMIT, RM_LENGTH_CORR_LIMIT, RM_VAL_ACC_LIMIT
 from rlhflab.doctor.rules.update import APPROXKL_LIMIT, CLIPFRAC_LIMIT, RATIO_MAX_LIMIT
 from rlhflab.doctor.signals import early_level, noise_sigma, rolling_median, smooth, window
+from rlhflab.faults.zoo import components_for
 from rlhflab.pipeline import run_pipeline
 from rlhflab.ppo.run import run_ppo
 from rlhflab.runs import RunDir, read_jsonl
@@ -40,7 +41,7 @@ def ppo_again(healthy: RunDir, config, overrides: dict, out: Path) -> tuple[list
         shutil.copytree(healthy.root / name, run.root / name, dirs_exist_ok=True)
     changed = apply_overrides(config, overrides)
     save_config(changed, run.config)
-    run_ppo(changed, run, show_progress=False)
+    run_ppo(changed, run, components_for(changed), show_progress=False)  # a config's fault is in its components
     return read_jsonl(run.metrics("ppo")), [f.rule for f in diagnose_path(run.root).findings]
 
 
