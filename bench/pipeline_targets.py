@@ -25,7 +25,7 @@ from rlhflab.doctor.rules.collapse import DISTINCT2_FRACTION, ENTROPY_FRACTION
 from rlhflab.doctor.rules.kl import KL_EARLY_GROWTH, KL_TOKEN_LIMIT
 from rlhflab.doctor.rules.reward_model import RM_GOLD_AGREEMENT_LIMIT, RM_LENGTH_CORR_LIMIT, RM_VAL_ACC_LIMIT
 from rlhflab.doctor.rules.update import APPROXKL_LIMIT, CLIPFRAC_LIMIT, RATIO_MAX_LIMIT
-from rlhflab.doctor.signals import early_level, noise_sigma, rolling_median, smooth, window
+from rlhflab.doctor.signals import early_level, rolling_median, smooth, window
 from rlhflab.faults.zoo import components_for
 from rlhflab.pipeline import run_pipeline
 from rlhflab.ppo.run import run_ppo
@@ -100,7 +100,7 @@ APPROACHES = (
 def kl_growth(kl: list[float]) -> float:
     """kl_explosion's measure for a per-sequence KL without lengths: the peak of its rolling
     median over its early level."""
-    start = max(early_level(kl, window(len(kl))) or 0.0, noise_sigma(kl))
+    start = early_level(kl, window(len(kl)))
     return max(rolling_median(kl, window(len(kl)))) / start if start else float("nan")
 
 

@@ -102,8 +102,9 @@ def noise_sigma(values: Sequence[float]) -> float:
 def early_level(values: Sequence[float], width: int) -> float | None:
     """The run's early level of a series that starts at 0 by construction (a KL to the
     reference before the first update): its median over the second window of `width`
-    points, after the first updates have moved it. None when the run is shorter than two
-    windows."""
+    points, after the first updates have moved it, or its noise sigma when that is higher (a
+    series still within its noise of 0 has no level to grow from). None when the run is
+    shorter than two windows."""
     if len(values) < 2 * width:
         return None
-    return statistics.median(values[width:2 * width])
+    return max(statistics.median(values[width:2 * width]), noise_sigma(values))

@@ -3,6 +3,7 @@ measured against a gold signal when the log has one and inferred from drift othe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from rlhflab.doctor import causes
@@ -12,7 +13,7 @@ from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, eviden
 from rlhflab.doctor.rules.reward_model import RM_SCORES_LENGTH, RM_WEAK
 from rlhflab.doctor.rules.update import LARGE_FIRST_UPDATE, UNSCALED_REWARDS
 from rlhflab.doctor.signals import baseline, first_where, noise_sigma, smooth, window
-from rlhflab.doctor.table import MetricTable, aligned
+from rlhflab.doctor.table import MetricTable, Series, aligned
 
 GOLD_DROP = Threshold(
     "GOLD_DROP", 3.0,
@@ -54,43 +55,70 @@ HACKING_CAUSES = (causes.kl_control, causes.exploitable_reward_model)
 HACKING_CLUES = (causes.ZERO_KL, RM_SCORES_LENGTH, RM_WEAK, UNSCALED_REWARDS, LARGE_FIRST_UPDATE)
 
 
+@dataclass(frozen=True)
+class GoldCurves:
+    """The gold (or held-out) score and the proxy at the steps both have: raw, smoothed,
+    each one's noise sigma (signals.noise_sigma), and the index of the smoothed gold's peak."""
+
+    gold: Series
+    proxy: Series
+    g: list[float]
+    p: list[float]
+    peak: int
+    gold_noise: float
+    proxy_noise: float
+
+    @staticmethod
+    def of(table: MetricTable) -> "GoldCurves | None":
+        """None when the two share fewer than 6 steps."""
+        proxy, gold = aligned(table.get("reward/proxy_mean", any_unit=True),
+                              table.get("reward/gold_mean", any_unit=True))
+        n = len(gold)
+        if n < 6:
+            return None
+        w = window(n)
+        g = smooth(gold.values, w)
+        return GoldCurves(gold, proxy, g, smooth(proxy.values, w), max(range(n), key=g.__getitem__),
+                          noise_sigma(gold.values), noise_sigma(proxy.values))
+
+    def fall_onset(self) -> int | None:
+        """Where the smoothed gold first lies GOLD_DROP sigma below its peak, when it ends
+        there too; else None."""
+        drop = GOLD_DROP.value * self.gold_noise
+        if self.gold_noise <= 0 or self.g[-1] >= self.g[self.peak] - drop:
+            return None
+        return next(i for i in range(self.peak, len(self.g)) if self.g[i] < self.g[self.peak] - drop)
+
+    def proxy_gain(self) -> float:
+        """The smoothed proxy's change since the gold's peak."""
+        return self.p[-1] - self.p[self.peak]
+
+    def gold_evidence(self, index: int) -> Evidence:
+        return evidence("reward/gold_mean", self.gold, index, f"smoothed gold {GOLD_DROP.value:g} sigma "
+                        f"({GOLD_DROP.value * self.gold_noise:.3g}) below its peak {self.g[self.peak]:.3g} (step "
+                        f"{self.gold.steps[self.peak]})", GOLD_DROP.source, peak=self.g[self.peak],
+                        peak_step=float(self.gold.steps[self.peak]), noise_sigma=self.gold_noise)
+
+
 @rule("reward_hacking_gold", "reward_hacking", requires=("reward/proxy_mean", "reward/gold_mean"),
       thresholds=(GOLD_DROP, PROXY_RISE), causes=HACKING_CAUSES + (causes.step_size,), clues=HACKING_CLUES,
       relative=("reward/proxy_mean", "reward/gold_mean"))
 def reward_hacking_gold(table: MetricTable) -> Detection | None:
     """Proxy reward still rising while the gold or held-out score falls from its peak (Gao
     et al. 2022), each measured in its own noise."""
-    curves = gold_and_proxy(table)
-    if curves is None:
+    curves = GoldCurves.of(table)
+    onset = curves.fall_onset() if curves is not None else None
+    rise = PROXY_RISE.value * curves.proxy_noise if curves is not None else 0.0
+    if onset is None or curves.proxy_gain() <= rise:
         return None
-    gold, proxy, g, p, peak = curves
-    gold_noise, proxy_noise = noise_sigma(gold.values), noise_sigma(proxy.values)
-    drop, rise = GOLD_DROP.value * gold_noise, PROXY_RISE.value * proxy_noise
-    if not (g[-1] < g[peak] - drop and p[-1] > p[peak] + rise and gold_noise > 0):
-        return None
-    # Onset: the first step after the peak where gold is GOLD_DROP below it.
-    below = next(i for i in range(peak, len(g)) if g[i] < g[peak] - drop)
     return Detection(
-        f"reward hacking: proxy rose {p[-1] - p[peak]:+.3g} while gold fell {g[-1] - g[peak]:+.3g} from its peak",
-        "high", gold.steps[below],
-        (evidence("reward/gold_mean", gold, below, f"smoothed gold {GOLD_DROP.value:g} sigma ({drop:.3g}) below its "
-                  f"peak {g[peak]:.3g} (step {gold.steps[peak]})", GOLD_DROP.source, peak=g[peak],
-                  peak_step=float(gold.steps[peak]), noise_sigma=gold_noise),
-         evidence("reward/proxy_mean", proxy, below, f"smoothed proxy > {PROXY_RISE.value:g} sigma ({rise:.3g}) above "
-                  "its value at the gold peak", PROXY_RISE.source, at_gold_peak=p[peak], noise_sigma=proxy_noise)),
+        f"reward hacking: proxy rose {curves.proxy_gain():+.3g} while gold fell "
+        f"{curves.g[-1] - curves.g[curves.peak]:+.3g} from its peak", "high", curves.gold.steps[onset],
+        (curves.gold_evidence(onset),
+         evidence("reward/proxy_mean", curves.proxy, onset, f"smoothed proxy > {PROXY_RISE.value:g} sigma "
+                  f"({rise:.3g}) above its value at the gold peak", PROXY_RISE.source,
+                  at_gold_peak=curves.p[curves.peak], noise_sigma=curves.proxy_noise)),
     )
-
-
-def gold_and_proxy(table: MetricTable):
-    """(gold, proxy, smoothed gold, smoothed proxy, index of the gold's smoothed peak) at
-    the steps both have, or None when there are fewer than 6."""
-    proxy, gold = aligned(table.get("reward/proxy_mean", any_unit=True), table.get("reward/gold_mean", any_unit=True))
-    n = len(gold)
-    if n < 6:
-        return None
-    w = window(n)
-    g, p = smooth(gold.values, w), smooth(proxy.values, w)
-    return gold, proxy, g, p, max(range(n), key=g.__getitem__)
 
 
 @rule("gold_falling", "ppo_instability", requires=("reward/proxy_mean", "reward/gold_mean"),
@@ -101,23 +129,16 @@ def gold_falling(table: MetricTable) -> Detection | None:
     """The gold or held-out score falls from its peak while the proxy does not rise with it:
     not over-optimisation but updates that make the policy worse at both, which points at the
     update itself (credit, logprobs, step size) before the reward."""
-    curves = gold_and_proxy(table)
-    if curves is None:
-        return None
-    gold, proxy, g, p, peak = curves
-    gold_noise, proxy_noise = noise_sigma(gold.values), noise_sigma(proxy.values)
-    drop = GOLD_DROP.value * gold_noise
-    if not (gold_noise > 0 and g[-1] < g[peak] - drop and p[-1] <= p[peak] + PROXY_RISE.value * proxy_noise):
-        return None
-    below = next(i for i in range(peak, len(g)) if g[i] < g[peak] - drop)
+    curves = GoldCurves.of(table)
+    onset = curves.fall_onset() if curves is not None else None
+    if onset is None or curves.proxy_gain() > PROXY_RISE.value * curves.proxy_noise:
+        return None  # reward_hacking_gold's case
     return Detection(
-        f"the policy is getting worse: gold fell {g[-1] - g[peak]:+.3g} from its peak, the proxy "
-        f"{p[-1] - p[peak]:+.3g} with it", "medium", gold.steps[below],
-        (evidence("reward/gold_mean", gold, below, f"smoothed gold {GOLD_DROP.value:g} sigma ({drop:.3g}) below its "
-                  f"peak {g[peak]:.3g} (step {gold.steps[peak]})", GOLD_DROP.source, peak=g[peak],
-                  noise_sigma=gold_noise),
-         evidence("reward/proxy_mean", proxy, below, f"smoothed proxy not {PROXY_RISE.value:g} sigma above its value "
-                  "at the gold peak", PROXY_RISE.source, at_gold_peak=p[peak])),
+        f"the policy is getting worse: gold fell {curves.g[-1] - curves.g[curves.peak]:+.3g} from its peak, the "
+        f"proxy {curves.proxy_gain():+.3g} with it", "medium", curves.gold.steps[onset],
+        (curves.gold_evidence(onset),
+         evidence("reward/proxy_mean", curves.proxy, onset, f"smoothed proxy not {PROXY_RISE.value:g} sigma above "
+                  "its value at the gold peak", PROXY_RISE.source, at_gold_peak=curves.p[curves.peak])),
     )
 
 
@@ -129,23 +150,19 @@ def gold_stalled(table: MetricTable) -> Detection | None:
     """The proxy keeps rising while the gold or held-out score has not improved for a quarter
     of the run (a note, low severity): training past the gold's peak buys proxy reward only;
     the best checkpoint is the one at the peak."""
-    curves = gold_and_proxy(table)
-    if curves is None:
+    curves = GoldCurves.of(table)
+    if curves is None or curves.fall_onset() is not None:  # a fall is the other gold rules' case
         return None
-    gold, proxy, g, p, peak = curves
-    n = len(g)
-    gold_noise, proxy_noise = noise_sigma(gold.values), noise_sigma(proxy.values)
-    stalled = n - 1 - peak >= GOLD_STALL_SHARE.value * n
-    fell = g[-1] < g[peak] - GOLD_DROP.value * gold_noise  # reward_hacking_gold's case
-    if not stalled or fell or p[-1] - p[peak] <= PROXY_STALL_RISE.value * proxy_noise:
+    n, peak = len(curves.g), curves.peak
+    if n - 1 - peak < GOLD_STALL_SHARE.value * n or curves.proxy_gain() <= PROXY_STALL_RISE.value * curves.proxy_noise:
         return None
     return Detection(
-        f"gold stalled: no new best since step {gold.steps[peak]} while the proxy rose {p[-1] - p[peak]:+.3g}",
-        "low", gold.steps[peak],
-        (evidence("reward/gold_mean", gold, peak, f"no higher smoothed value for {n - 1 - peak} of {n} points "
-                  f"(>= {GOLD_STALL_SHARE.value:.0%} of the run)", GOLD_STALL_SHARE.source, peak=g[peak]),
-         evidence("reward/proxy_mean", proxy, peak, f"smoothed proxy rose > {PROXY_STALL_RISE.value:g} sigma "
-                  f"({PROXY_STALL_RISE.value * proxy_noise:.3g}) since", PROXY_STALL_RISE.source)),
+        f"gold stalled: no new best since step {curves.gold.steps[peak]} while the proxy rose "
+        f"{curves.proxy_gain():+.3g}", "low", curves.gold.steps[peak],
+        (evidence("reward/gold_mean", curves.gold, peak, f"no higher smoothed value for {n - 1 - peak} of {n} points "
+                  f"(>= {GOLD_STALL_SHARE.value:.0%} of the run)", GOLD_STALL_SHARE.source, peak=curves.g[peak]),
+         evidence("reward/proxy_mean", curves.proxy, peak, f"smoothed proxy rose > {PROXY_STALL_RISE.value:g} sigma "
+                  f"({PROXY_STALL_RISE.value * curves.proxy_noise:.3g}) since", PROXY_STALL_RISE.source)),
     )
 
 
@@ -194,8 +211,7 @@ def reward_hacking_proxy(table: MetricTable) -> Detection | None:
         return None
     onset = min(step for step, _ in signals)
     found = (evidence("reward/proxy_mean", proxy, 0, f"proxy rose > {HACK_PROXY_RISE.value:g} sigma ({gate:.3g}) over "
-                      "the run",
-                      HACK_PROXY_RISE.source),) + tuple(e for _, e in signals)
+                      "the run", HACK_PROXY_RISE.source),) + tuple(e for _, e in signals)
     return Detection("likely reward hacking (no gold signal): proxy rises with drift in "
                      + ", ".join(e.metric for _, e in signals), "medium", onset, found)
 

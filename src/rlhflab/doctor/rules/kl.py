@@ -11,7 +11,7 @@ from rlhflab.doctor import causes
 from rlhflab.doctor.findings import Evidence, Severity
 from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule, unless_gold_rises
 from rlhflab.doctor.rules.update import LARGE_FIRST_UPDATE, LARGE_UPDATES, UNSCALED_REWARDS
-from rlhflab.doctor.signals import early_level, first_where, noise_sigma, rolling_median, slope, smooth, sustained, window
+from rlhflab.doctor.signals import early_level, first_where, rolling_median, slope, smooth, sustained, window
 from rlhflab.doctor.table import MetricTable, Series, aligned
 
 KL_TOKEN_LIMIT = Threshold(
@@ -139,10 +139,7 @@ def kl_limit(table: MetricTable) -> KLLimit | None:
     if kl is None:
         return None
     start = early_level(kl.values, window(len(kl)))
-    if start is None:
-        return None
-    start = max(start, noise_sigma(kl.values))  # a KL still within its noise of 0 has no level to grow from
-    if start <= 0:
+    if start is None or start <= 0:
         return None
     limit = KL_EARLY_GROWTH.value * start
     return KLLimit("kl/mean", "nats", limit, f"kl/mean's rolling median > {KL_EARLY_GROWTH.value:g} x its early "
@@ -170,10 +167,7 @@ def kl_drift_unpenalised(table: MetricTable) -> Detection | None:
     n = len(kl)
     s = level(kl, robust=True)
     start = early_level(kl.values, window(n))
-    if start is None:
-        return None
-    start = max(start, noise_sigma(kl.values))  # as kl_limit: growth from within the noise of 0 is not growth
-    if start <= 0:
+    if start is None or start <= 0:
         return None
     limit = KL_UNPENALISED_GROWTH.value * start
     onset = first_where(s, lambda v: v > limit, persistence(n))
