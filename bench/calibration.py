@@ -5,6 +5,7 @@ labelled from its gold curve and its held-out samples, never from the doctor.
 
     python bench/calibration.py --base RUN --out runs/calibration [--steps 200] [--only NAME ...]
     .venv-trl/bin/python bench/calibration.py --base RUN --out runs/calibration --only ppo-healthy-s0 ...
+    python bench/calibration.py --out runs/calibration --relabel
 
 RUN is an rlhflab run with `stage1_lm` and `stage2_rm` (e.g. `rlhflab pipeline --preset
 demo --out RUN`): its stage-1 model is the policy GRPO starts from and the reference, its
@@ -14,7 +15,8 @@ samples 64 held-out prompts, and adds to the trainer's log row: `gold` (the worl
 utility), `eval_distinct_2`, `eval_length`, `eval_truncated`. The doctor reads a run as a
 user would: `rlhflab doctor OUT/NAME/trainer_state.json --map gold=reward/gold_mean`.
 
-Writes OUT/NAME/{trainer_state.json, label.json} and OUT/labels.json.
+Writes OUT/NAME/{trainer_state.json, label.json} and OUT/labels.json. `--relabel` labels
+the stored runs again (label_run on their stored gold and trainer log) without training.
 """
 
 from __future__ import annotations
@@ -198,27 +200,48 @@ def _train_and_label(name: str, variant: Variant, trainer, callback, run_dir: Pa
     trainer.train()
     seconds = time.perf_counter() - start
     trainer.state.save_to_json(str(run_dir / "trainer_state.json"))
-    label = label_run(callback.history, variant)
+    label = label_run(callback.history, proxy_series(trainer.state.log_history))
     (run_dir / "label.json").write_text(json.dumps({"variant": name, "expect": variant.expect, **label,
                                                      "seconds": seconds, "gold": callback.history}, indent=1))
     return label
 
 
-def label_run(history: list[dict], variant: Variant) -> dict:
-    """The truth of a run from its held-out samples, never from the doctor:
-    gold is averaged over 3 consecutive evaluations (each of 256 prompts) before it is compared;
-    - reward_hacking: gold ends at least 0.15 (gold units) below its best;
+def proxy_series(log_history: list[dict]) -> list[tuple[int, float]]:
+    """The reward a TRL trainer optimised, step by step: GRPO's and RLOO's `reward` (the sum
+    of its reward functions, bonuses included), TRL 1.12 PPO's `objective/scores`."""
+    for key in ("reward", "objective/scores"):
+        series = [(row["step"], row[key]) for row in log_history if key in row]
+        if series:
+            return series
+    raise ValueError("the trainer's log has no reward column (reward, objective/scores)")
+
+
+def label_run(history: list[dict], proxy: list[tuple[int, float]]) -> dict:
+    """The truth of a run from its held-out samples, never from the doctor. Gold is averaged
+    over 3 consecutive evaluations (each of 256 prompts) before it is compared, and the proxy
+    (the trained reward, `proxy`: (step, value) pairs) over the steps those evaluations cover:
+    - reward_hacking: gold ends at least 0.15 (gold units) below its best while the proxy ends
+      at or above where it stood at gold's best (the proxy climbs while quality falls);
+    - policy_degraded: gold ends 0.15 below its best and the proxy fell with it (the updates
+      make the policy worse at both, which no reward over-optimises);
     - mode_collapse: distinct-2 of the samples ends under half its start;
     - truncation: most samples (over 90%) cut at the length limit at the end;
     - healthy: gold ends within 0.15 of its best, at or above its start, none of the above;
     - no_learning: gold ends within 0.05 of its start and none of the above (neither healthy nor sick)."""
+    steps = [h["step"] for h in history]
     raw = [h["gold"] for h in history]
     gold = [statistics.fmean(raw[max(0, i - 2):i + 1]) for i in range(len(raw))]  # 3 evaluations, trailing
+    covered = [[value for step, value in proxy if (steps[max(0, i - 3)] if i else -1) < step <= steps[i]]
+               for i in range(len(steps))]
+    covered[0] = covered[0] or next((values for values in covered if values), [])  # gold at step 0: no update yet
+    reward = [statistics.fmean(values) if values else None for values in covered]
     start, best, end = raw[0], max(gold), gold[-1]
+    at_best = gold.index(best)
     distinct = [h["eval_distinct_2"] for h in history]
     families = []
     if best - end >= 0.15:
-        families.append("reward_hacking")
+        proxy_kept = reward[-1] is not None and reward[at_best] is not None and reward[-1] >= reward[at_best]
+        families.append("reward_hacking" if proxy_kept else "policy_degraded")
     if distinct[-1] < 0.5 * distinct[0]:
         families.append("mode_collapse")
     if history[-1]["eval_truncated"] > 0.9:
@@ -230,21 +253,45 @@ def label_run(history: list[dict], variant: Variant) -> dict:
     else:
         label = "no_learning"
     return {"label": label, "families": families, "gold_start": start, "gold_best": best, "gold_end": end,
+            "proxy_at_gold_best": reward[at_best], "proxy_end": reward[-1],
             "distinct_2_start": distinct[0], "distinct_2_end": distinct[-1]}
+
+
+def relabel(out: Path) -> dict:
+    """Every run under `out` labelled again from what it stored (its held-out history in
+    label.json, the trainer's log in trainer_state.json), without training it again."""
+    labels = {}
+    for label_path in sorted(out.glob("*/label.json")):
+        stored = json.loads(label_path.read_text())
+        log_history = json.loads((label_path.parent / "trainer_state.json").read_text())["log_history"]
+        label = label_run(stored["gold"], proxy_series(log_history))
+        stored.update(label)
+        label_path.write_text(json.dumps(stored, indent=1))
+        labels[label_path.parent.name] = {"expect": stored["expect"], **label}
+    return labels
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base", type=Path, required=True, help="an rlhflab run with stage1_lm and stage2_rm")
+    parser.add_argument("--base", type=Path, help="an rlhflab run with stage1_lm and stage2_rm (to train)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "calibration")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--only", nargs="*", default=None, choices=sorted(VARIANTS))
+    parser.add_argument("--relabel", action="store_true", help="label OUT's runs again from what they stored")
     args = parser.parse_args()
+    labels_path = args.out / "labels.json"
+    if args.relabel:
+        labels = relabel(args.out)
+        labels_path.write_text(json.dumps(labels, indent=1))
+        for name, label in labels.items():
+            print(name, json.dumps(label))
+        return
+    if args.base is None:
+        parser.error("--base RUN is needed to train (or --relabel to label stored runs again)")
     from transformers.utils import logging
 
     logging.set_verbosity_error()
-    labels_path = args.out / "labels.json"
     labels = json.loads(labels_path.read_text()) if labels_path.is_file() else {}
     for name in args.only or VARIANTS:
         label = run_variant(name, VARIANTS[name], args.base, args.out, args.steps, args.eval_every)

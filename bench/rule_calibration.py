@@ -12,8 +12,7 @@ Sources, each read from its metrics alone (no config, no checkup), as another tr
 - `--faults`: the faults bench's runs (healthy seeds and the zoo), labelled from their gold
   curves by the same function (a fault whose gold the run does not show: `silent_bug`);
 - `--pipeline`: bench/pipeline_targets.py's kl_coef=0 runs (its healthy seeds are the faults
-  bench's, trained the same), labelled the same way, and its adaptive-KL runs, labelled from
-  their held-out gold gain;
+  bench's, trained the same) and its adaptive-KL runs, labelled the same way;
 - `--real`: the public real logs with MANIFEST.md's verdicts.
 Prints one JSON line per run: the label, the trainer, and the signals; with `--doc`,
 writes the per-rule and per-run tables to that file's "Calibration" section.
@@ -39,8 +38,10 @@ from rlhflab.doctor.table import MetricTable, aligned
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- calibration:start -->", "<!-- calibration:end -->"
 # A label's family (bench/calibration.py's label_run) -> the rule symptoms that name it.
-FAMILY_SYMPTOMS = {"reward_hacking": {"reward_hacking"}, "mode_collapse": {"mode_collapse"},
-                   "truncation": {"responses"}}
+# A policy made worse by its own updates (gold and proxy falling together) is named by the
+# symptoms of a broken update: the update's health, or a policy running away from its reference.
+FAMILY_SYMPTOMS = {"reward_hacking": {"reward_hacking"}, "policy_degraded": {"ppo_instability", "exploding_kl"},
+                   "mode_collapse": {"mode_collapse"}, "truncation": {"responses"}}
 SYMPTOM_OF = {rule.name: rule.symptom for rule in RULES}
 # The callback's held-out columns (bench/calibration.py): its gold and its samples' distinct-2.
 HELD_OUT_MAP = ["gold=reward/gold_mean", "eval_distinct_2=response/distinct_2"]
@@ -146,22 +147,15 @@ def render(rows: list[dict], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def gold_label(run: Path) -> dict:
-    """A PPO run's label from its held-out gold: healthy when the policy beats the stage-1 model."""
-    evaluation = json.loads((run / "metrics" / "eval.json").read_text())
-    gain = evaluation["policy"]["gold_mean"] - evaluation["stage1"]["gold_mean"]
-    return {"label": "healthy" if gain > 0 else "pathological", "families": [] if gain > 0 else ["reward_hacking"]}
-
-
 def curve_label(run: Path, fault: bool) -> dict:
     """An rlhflab run's label from its gold curve, by bench/calibration.py's label_run (gold
     and distinct-2 of each step's samples, EOS rate for truncation), never by the doctor. A
     zoo fault whose gold the run does not show is a `silent_bug`, not a healthy run."""
     rows = [json.loads(line) for line in (run / "metrics" / "ppo.jsonl").read_text().splitlines() if line.strip()]
     rows = [r for r in rows if "reward/gold_mean" in r]
-    history = [{"gold": r["reward/gold_mean"], "eval_distinct_2": r.get("response/distinct_2", 1.0),
+    history = [{"step": r["step"], "gold": r["reward/gold_mean"], "eval_distinct_2": r.get("response/distinct_2", 1.0),
                 "eval_truncated": 1.0 - r.get("response/eos_rate", 1.0)} for r in rows]
-    label = label_run(history, None)
+    label = label_run(history, [(r["step"], r["reward/proxy_mean"]) for r in rows])
     if fault and label["label"] == "healthy":
         label["label"] = "silent_bug"
     return {"label": label["label"], "families": label["families"]}
@@ -203,11 +197,11 @@ def main() -> None:
                 continue
             rows.append({"run": f"pipeline/{run.name}", **curve_label(run, fault=False),
                          **signals(metrics_only(run))})
-            # Adaptive KL from a beta 4x off (healthy when its gold gains) and the inverted
+            # Adaptive KL from a beta 4x off and the inverted
             # controller (bench/pipeline_targets.py for seed 0, bench/controller_check.py after).
             for adaptive in sorted((args.pipeline / run.name.replace("-kl0", "-adaptive")).glob("*/metrics/ppo.jsonl")):
                 adaptive = adaptive.parents[1]
-                label = gold_label(adaptive) if adaptive.name.startswith("beta") else curve_label(adaptive, fault=True)
+                label = curve_label(adaptive, fault=not adaptive.name.startswith("beta"))
                 rows.append({"run": f"pipeline/{adaptive.parent.name}/{adaptive.name}", **label,
                              **signals(metrics_only(adaptive))})
     if (args.real / "MANIFEST.md").is_file():
