@@ -30,6 +30,9 @@ lint: $(STAMP)
 test: lint
 	$(PY) -m pytest -q
 
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
 # TRL's PPO in a venv of its own (its pins must not touch rlhflab's), torch first as above.
 $(TRL_STAMP): bench/trl-requirements.txt
 	$(PYTHON) -m venv $(TRL_VENV)

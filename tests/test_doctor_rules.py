@@ -517,14 +517,11 @@ def test_settings_outside_the_usual_range_are_blamed_with_their_fix():
 
 def test_a_checkup_that_clears_a_component_moves_it_last_and_a_failed_probe_becomes_a_finding():
     records = modify(healthy_records(22), 30, policy__ratio_mean=lambda k, old: 1.6)
-    bookkeeping = ["kl_zero_before_update", "first_ratio_is_one", "sampled_logprobs_match_training_forward",
-                   "logprob_padding_invariance"]
-    cleared = CheckupVerdict(passed=frozenset(bookkeeping))
+    cleared = CheckupVerdict(cleared=frozenset({"logprob_bookkeeping"}))
     causes = [c.component for c in diagnose(table_of(records), checkup=cleared).findings[0].causes]
     assert causes == ["ppo_hyperparameters", "advantages_values", "logprob_bookkeeping"]
-    # One probe short of the full set clears nothing.
-    partial = CheckupVerdict(passed=frozenset(bookkeeping[:-1]))
-    assert diagnose(table_of(records), checkup=partial).findings[0].causes[0].component == "logprob_bookkeeping"
+    # A checkup that cleared nothing leaves the ranking as it was.
+    assert diagnose(table_of(records), checkup=CheckupVerdict()).findings[0].causes[0].component == "logprob_bookkeeping"
     # A failed probe is a finding of its own, even on a run whose metrics look healthy.
     record = {"name": "gae_matches_naive_loop", "component": "advantages_values", "passed": False, "measured": 0.7,
               "tolerance": "<= 0.0001", "detail": "max |gae() - loop|"}

@@ -6,6 +6,7 @@ loading the training stack (torch, transformers), which the stages import.
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -457,11 +458,13 @@ def checkup(
     preset: str = PresetOption,
     config_file: Optional[Path] = ConfigOption,
 ) -> None:
-    """Component probes (KL 0 at start, ratio 1, logprob agreement, padding invariance, masks, GAE,
-    reward model health, reward scale, EOS, prompt variety): pass/fail with the measured number.
+    """Probes of what must hold in any correct PPO-RLHF implementation (logprobs and ratio, gradients,
+    credit, masks, the update's direction, the reference, the reward model), run through one real
+    iteration: pass/fail with the measured number; settings outside published ranges as warnings.
 
-    On a run directory: `rlhflab checkup RUN` (writes RUN/checkup.json). On your own models:
-    `rlhflab checkup --policy DIR --reward-model DIR --prompts FILE [--pairs FILE] [k=v ...]`."""
+    On a run directory: `rlhflab checkup RUN` (writes RUN/checkup.json). On your own models, for another
+    trainer: `rlhflab checkup --policy DIR --reward-model DIR --prompts FILE [--pairs FILE] [k=v ...]`
+    runs the probes of the models and lists those of rlhflab's own trainer as not run."""
     _training_stack()
     from rich.table import Table
 
@@ -490,7 +493,7 @@ def checkup(
         _require(run / "stage2_rm", "reward")
         config = _stage_config(run, "demo", None, None)  # the run's own config
     with _input_errors():
-        results = run_checkup(config, RunDir(run), components_for(config))
+        results = run_checkup(config, RunDir(run), components_for(config), trainer=not own)
     table = Table(title=f"checkup: {run}")
     for column in ("probe", "component", "result", "measured", "tolerance", "what"):
         table.add_column(column)
@@ -498,6 +501,13 @@ def checkup(
         table.add_row(r.name, r.component, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]",
                       f"{r.measured:.3g}", r.tolerance, r.detail)
     console.print(table)
+    saved = json.loads((run / "checkup.json").read_text())
+    for name, why in saved["skipped"].items():
+        console.print(f"not run: {name}: {why}")
+    for s in saved["settings"]:
+        if not s["ok"]:
+            console.print(f"[yellow]warning:[/yellow] {s['setting']} = {s['value']:g} is outside {s['supported']} "
+                          f"({s['source']})" + (f"; {s['note']}" if s["note"] else ""))
     console.print(f"wrote {run / 'checkup.json'}")
     if not all(r.passed for r in results):
         raise typer.Exit(1)

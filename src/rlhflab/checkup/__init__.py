@@ -1,6 +1,9 @@
-"""The checkup: component probes that load a run's models and localise a bug without a
-training run (`probes.py`). The doctor reads their verdict from `RUN/checkup.json`."""
+"""The checkup: probes of the invariants of every component of PPO-RLHF, run on a run's
+own models and components through one real iteration (`probes.py` is the registry). The
+doctor reads their verdict from `RUN/checkup.json`."""
 
-from rlhflab.checkup.probes import PROBES, ProbeContext, ProbeResult, run_checkup, run_probes
+from rlhflab.checkup.context import ProbeContext
+from rlhflab.checkup.probes import PROBES, run_checkup, run_probes
+from rlhflab.checkup.results import ProbeResult
 
 __all__ = ["PROBES", "ProbeContext", "ProbeResult", "run_checkup", "run_probes"]

@@ -184,48 +184,27 @@ CLIP_NEVER_CLIPS = Clue("clip_never_clips", 2, _clip_never_clips,
 
 
 # --- ranking ----------------------------------------------------------------------------
-# How specific a failed checkup probe (rlhflab/checkup/) is: a weak RM fails its health
-# probes whatever else is wrong, while a failed mask or GAE probe points at one function.
-PROBE_SPECIFICITY = {
-    "rm_prefers_chosen": 0, "rm_score_not_mostly_length": 0, "rewards_standardised": 1,
-    "kl_zero_before_update": 2, "first_ratio_is_one": 2, "sampled_logprobs_match_training_forward": 2,
-    "logprob_padding_invariance": 3, "reward_padding_invariance": 3, "reference_frozen_and_separate": 3,
-    "mask_covers_response_through_eos": 3, "gae_matches_naive_loop": 3, "responses_end": 3,
-    "prompts_distinct": 3,
-}
-# Components the checkup can clear: their probes test every way the causes above blame
-# them (temperature, shift, dropout, padding; score scaling; prompt variety; EOS), so
-# when all of them pass the component is unlikely and goes to the back of the ranking.
-# The other components have probes for some of their bugs only (a passed reference probe
-# says nothing of the KL coefficient), so passing never clears them.
-CONCLUSIVE_PROBES: dict[Component, frozenset[str]] = {
-    "logprob_bookkeeping": frozenset({"kl_zero_before_update", "first_ratio_is_one",
-                                      "sampled_logprobs_match_training_forward", "logprob_padding_invariance"}),
-    "reward_scaling": frozenset({"rewards_standardised"}),
-    "prompt_data": frozenset({"prompts_distinct"}),
-    "sampling": frozenset({"responses_end"}),
-}
-
-
 @dataclass(frozen=True)
 class CheckupVerdict:
-    """What a run's checkup says about components: failed probes, and cleared components."""
+    """What a run's checkup says about components (RUN/checkup.json, written by
+    rlhflab/checkup/): its failed probes, each with how specific its failure is (0: fails
+    with many bugs ... 3: points at one function), and the components it cleared (every
+    conclusive probe of theirs ran and passed, so they go to the back of the ranking)."""
 
     failed: dict[str, Component] = field(default_factory=dict)  # probe -> its component
-    passed: frozenset[str] = frozenset()  # names of the probes that passed
+    cleared: frozenset[Component] = frozenset()
     records: dict[str, dict] = field(default_factory=dict)  # failed probe -> its checkup.json record
 
-    @property
-    def cleared(self) -> frozenset[Component]:
-        return frozenset(c for c, probes in CONCLUSIVE_PROBES.items()
-                         if probes <= self.passed and c not in self.failed.values())
+    def specificity(self, probe: str) -> int:
+        return self.records.get(probe, {}).get("specificity", 1)
 
     @staticmethod
-    def from_probes(probes: list[dict]) -> "CheckupVerdict":
-        """From checkup.json's probe records (`name`, `component`, `passed`)."""
+    def from_probes(probes: list[dict], cleared: Iterable[Component] = ()) -> "CheckupVerdict":
+        """From checkup.json's probe records (`name`, `component`, `passed`, `specificity`)
+        and its `cleared` components."""
         failed = [p for p in probes if not p["passed"]]
         return CheckupVerdict({p["name"]: p["component"] for p in failed},
-                              frozenset(p["name"] for p in probes if p["passed"]), {p["name"]: p for p in failed})
+                              frozenset(cleared) - {p["component"] for p in failed}, {p["name"]: p for p in failed})
 
 
 def _promote(causes: list[Cause], promoted: Cause) -> list[Cause]:
@@ -254,6 +233,6 @@ def rank_causes(makers: Iterable[CauseMaker], clues: Iterable[Clue], table: Metr
         if found is not None:
             causes = _promote(causes, found)
     # Least specific first, so the most specific failed probe's component ends up first.
-    for probe, component in sorted(checkup.failed.items(), key=lambda item: PROBE_SPECIFICITY.get(item[0], 1)):
+    for probe, component in sorted(checkup.failed.items(), key=lambda item: checkup.specificity(item[0])):
         causes = _promote(causes, Cause(component, f"the checkup probe '{probe}' failed", None))
     return causes

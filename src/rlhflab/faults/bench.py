@@ -39,7 +39,13 @@ class BenchRow:
     log_only_component: str  # ranked first from the metrics alone, as for another trainer's log
     findings: list[str] = field(default_factory=list)
     failed_probes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the checkup's settings outside published ranges: "key=value"
     seconds: float = 0.0
+
+    @property
+    def caught_by_probes(self) -> bool:
+        """A checkup probe failed: the invariant probes alone catch the fault."""
+        return bool(self.failed_probes)
 
     @property
     def right_from_log_only(self) -> bool:
@@ -65,6 +71,12 @@ def _timed_seconds(out: Path) -> float:
     if not timing.is_file():
         raise FileNotFoundError(f"{timing}: no timed bench run to rescore; run the bench without --rescore")
     return json.loads(timing.read_text())["seconds"]
+
+
+def setting_warnings(run: RunDir) -> list[str]:
+    """The settings the run's checkup warned of, as `key=value`."""
+    settings = json.loads((run.root / "checkup.json").read_text()).get("settings", [])
+    return [f"{s['setting']}={s['value']:g}" for s in settings if not s["ok"]]
 
 
 def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunDir | None = None,
@@ -99,15 +111,17 @@ def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunD
         symptom_in_metrics=any(f.rule != CHECKUP_RULE for f in diagnosis.findings),
         first_component=first, right_component=first == component, log_only_component=_first_component(log_only),
         findings=[f.rule for f in diagnosis.findings], failed_probes=[p.name for p in probes if not p.passed],
-        seconds=seconds,
+        warnings=setting_warnings(run), seconds=seconds,
     )
 
 
 CAVEAT = (
-    "How to read these numbers: the checkup has a probe written for most code faults, and the doctor reads the",
-    "run's config for settings outside the usual range (a zero KL coefficient, a negative entropy coefficient, a",
-    "clip range that never clips). The zoo was in view while both were written, so it is not a held-out test of",
-    "them; the column 'from metrics alone' is the doctor without either, as it works on another trainer's log.",
+    "How to read these numbers: the checkup's probes state invariants of any correct PPO-RLHF implementation",
+    "(docs/checkup.md), each tested in tests/test_checkup.py against a broken implementation written in the test,",
+    "not taken from the zoo; several of them were first written with zoo faults in view, so this table is not a",
+    "held-out test of them. The doctor reads the run's config for settings outside the usual range (a zero KL",
+    "coefficient, a negative entropy coefficient, a clip range that never clips); the column 'from metrics alone'",
+    "is the doctor without config or checkup, as it works on another trainer's log.",
     "Seconds are wall time of the run, checkup, doctor and report (faults reuse the healthy run's earlier stages);",
     "with `--rescore`, the checkup and doctor ran again on runs trained by an earlier bench, and seconds are that bench's.",
 )
@@ -119,6 +133,10 @@ def render(faulty: list[BenchRow], healthy: list[BenchRow], command: str) -> str
     in_metrics = sum(r.symptom_in_metrics for r in faulty)
     right = sum(r.right_component for r in faulty)
     right_log = sum(r.right_from_log_only for r in faulty)
+    by_probes = sum(r.caught_by_probes for r in faulty)
+    usual = {w for r in healthy for w in r.warnings}
+    warned = [f"{r.name} ({', '.join(w for w in r.warnings if w not in usual)})" for r in faulty
+              if set(r.warnings) - usual]
     healthy_findings = sum(len(r.findings) for r in healthy)
     healthy_probes = sum(len(r.failed_probes) for r in healthy)
     lines = [
@@ -141,6 +159,10 @@ def render(faulty: list[BenchRow], healthy: list[BenchRow], command: str) -> str
         f"- right component ranked first: {right}/{len(faulty)} = {right / n:.0%} (target: >= 80%)",
         f"- right component ranked first from the metrics alone (no config, no checkup, as for another "
         f"trainer's log): {right_log}/{len(faulty)} = {right_log / n:.0%}",
+        f"- caught by the checkup's invariant probes alone (a failed probe, whatever the metrics show): "
+        f"{by_probes}/{len(faulty)}; not: {', '.join(r.name for r in faulty if not r.caught_by_probes) or 'none'}",
+        f"- settings the checkup warns of beyond the healthy runs' ({', '.join(sorted(usual)) or 'none'}): "
+        f"{'; '.join(warned) or 'none'}",
         f"- findings on healthy runs: {healthy_findings} over {len(healthy)} seeds, failed probes: {healthy_probes} "
         "(target: 0)",
         f"- not detected: {', '.join(r.name for r in faulty if not r.detected) or 'none'}; "

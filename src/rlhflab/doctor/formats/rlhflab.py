@@ -51,7 +51,8 @@ def read_checkup(run_dir: Path) -> CheckupVerdict | None:
     path = Path(run_dir) / "checkup.json"
     if not path.is_file():
         return None
-    return CheckupVerdict.from_probes(json.loads(path.read_text()).get("probes", []))
+    checkup = json.loads(path.read_text())
+    return CheckupVerdict.from_probes(checkup.get("probes", []), checkup.get("cleared", []))
 
 
 def _recognise(path: Path) -> bool:

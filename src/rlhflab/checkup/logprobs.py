@@ -1,0 +1,102 @@
+"""Probes of logprob bookkeeping and the reference: the ratio is exactly 1 where it must
+be and moves where it must, the old logprobs are the rollout's, the sampler and the
+training forward agree, padding changes nothing, and the reference is a frozen,
+separate, deterministic copy whose KL to the untrained policy is 0."""
+
+from __future__ import annotations
+
+import torch
+
+from rlhflab.checkup.context import ProbeContext
+from rlhflab.checkup.results import ProbeResult, forward_within, within
+from rlhflab.data.batching import join_prompt_response
+from rlhflab.models.forward import response_logprobs
+
+
+def probe_kl_zero_before_update(ctx: ProbeContext) -> ProbeResult:
+    rollout = ctx.rollout()
+    kl = float(((rollout.logprobs - rollout.ref_logprobs) * rollout.mask).sum(1).abs().max())
+    return forward_within("kl_zero_before_update", "logprob_bookkeeping", kl, ctx.dtype,
+                          "max |per-sequence KL| between the untrained policy and the reference")
+
+
+def probe_first_ratio_is_one(ctx: ProbeContext) -> ProbeResult:
+    first = ctx.iteration().policy_calls[0]
+    deviation = max(abs(first.ratio_mean - 1.0), first.approxkl)
+    return forward_within("first_ratio_is_one", "logprob_bookkeeping", deviation, ctx.dtype,
+                          "max(|ratio_mean - 1|, approxkl) on the first minibatch of the first epoch of a real update")
+
+
+def probe_ratio_moves_after_first_step(ctx: ProbeContext) -> ProbeResult:
+    later = ctx.iteration().policy_calls[1:]
+    moved = max((call.approxkl for call in later), default=0.0)
+    # Any optimiser step moves some token's logprob by far more than float noise (1e-12).
+    return within("ratio_moves_after_first_step", "ppo_hyperparameters", moved, 1e-12,
+                  f"largest approxkl over the {len(later)} later minibatches of the update: the policy the "
+                  "ratio compares with the rollout must have moved", below=False)
+
+
+def probe_old_logprobs_are_the_rollouts(ctx: ProbeContext) -> ProbeResult:
+    """Every row the update's loss got as 'old' logprobs is a row of the rollout's."""
+    trace = ctx.iteration()
+    reference = trace.rollout.logprobs.masked_fill(~trace.rollout.mask, 0.0)
+    worst = 0.0
+    for call in trace.policy_calls:
+        given = call.old_logprobs.masked_fill(~call.mask, 0.0)
+        distance = (given[:, None, :] - reference[None, :, :]).abs().amax(-1)  # (b, B)
+        worst = max(worst, float(distance.amin(1).max()))
+    return forward_within("old_logprobs_are_the_rollouts", "logprob_bookkeeping", worst, ctx.dtype,
+                          f"max over the update's {len(trace.policy_calls)} minibatches of |old logprobs given to "
+                          "the loss - the nearest rollout row's|")
+
+
+def probe_sampled_logprobs_match(ctx: ProbeContext) -> ProbeResult:
+    rollout = ctx.rollout()
+    gap = float((rollout.sampled_logprobs - rollout.logprobs)[rollout.mask].abs().max())
+    return forward_within("sampled_logprobs_match_training_forward", "logprob_bookkeeping", gap, ctx.dtype,
+                          "max |logprob at sampling - logprob in the padded training forward|")
+
+
+def alone_and_batched(ctx: ProbeContext, rows: int = 4):
+    """(one row alone, the same row inside the padded batch) for the first `rows` rows."""
+    rollout = ctx.rollout()
+    batch_ids, batch_mask = join_prompt_response(rollout.prompt_ids, rollout.prompt_mask,
+                                                 rollout.response_ids, rollout.mask)
+    for row in range(min(rows, len(rollout.prompts))):
+        prompt = rollout.prompt_ids[row][rollout.prompt_mask[row]][None]
+        response = rollout.response_ids[row][rollout.mask[row]][None]
+        ids = torch.cat([prompt, response], 1)
+        yield (ids, torch.ones_like(ids, dtype=torch.bool), prompt.shape[1]), \
+              (batch_ids, batch_mask, rollout.prompt_len, row, rollout.mask[row])
+
+
+@torch.no_grad()
+def probe_logprob_padding_invariance(ctx: ProbeContext) -> ProbeResult:
+    """A sequence's logprobs alone and inside a left/right-padded batch."""
+    lm, T, logits_fn = ctx.state.policy.lm, ctx.config.ppo.temperature, ctx.state.components.response_logits
+    worst = 0.0
+    for (ids, mask, P), (batch_ids, batch_mask, batch_P, row, real) in alone_and_batched(ctx):
+        alone = response_logprobs(lm, ids, mask, P, T, logits_fn)[0]
+        batched = response_logprobs(lm, batch_ids, batch_mask, batch_P, T, logits_fn)[row][real]
+        worst = max(worst, float((alone - batched).abs().max()))
+    return forward_within("logprob_padding_invariance", "logprob_bookkeeping", worst, ctx.dtype,
+                          "max |logprob of a sequence alone - in a padded batch|")
+
+
+def probe_reference_frozen(ctx: ProbeContext) -> ProbeResult:
+    policy_ptrs = {p.untyped_storage().data_ptr() for p in ctx.state.policy.parameters()}
+    shared = sum(p.untyped_storage().data_ptr() in policy_ptrs for p in ctx.state.reference.parameters())
+    trainable = sum(p.requires_grad for p in ctx.state.reference.parameters())
+    return within("reference_frozen_and_separate", "kl_control", shared + trainable, 0,
+                  f"{shared} reference tensors share storage with the policy, {trainable} require grad")
+
+
+@torch.no_grad()
+def probe_reference_deterministic(ctx: ProbeContext) -> ProbeResult:
+    """The reference scores the rollout the same way twice (no dropout, no sampling)."""
+    rollout, c = ctx.rollout(), ctx.state.components
+    twice = [response_logprobs(ctx.state.reference, rollout.input_ids, rollout.attention_mask, rollout.prompt_len,
+                               ctx.config.ppo.temperature, c.response_logits) for _ in range(2)]
+    gap = float((twice[0] - twice[1])[rollout.mask].abs().max())
+    return forward_within("reference_deterministic", "kl_control", gap, ctx.dtype,
+                          "max |reference logprob, first call - second call| on the rollout")

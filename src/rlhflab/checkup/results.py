@@ -1,0 +1,61 @@
+"""What a probe reports: its measured number, its tolerance and the component it clears
+or blames; tolerances of the probes that compare forward passes follow their dtype."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlhflab.doctor.findings import Component
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    name: str
+    component: Component
+    passed: bool
+    measured: float
+    tolerance: str
+    detail: str
+
+
+class ProbeSkipped(Exception):
+    """A probe that cannot run on this input (e.g. no labelled pairs to test the RM on)."""
+
+
+def within(name: str, component: Component, measured: float, limit: float, detail: str,
+           below: bool = True) -> ProbeResult:
+    """Passed when `measured` is at most `limit` (or at least, with `below=False`)."""
+    passed = measured <= limit if below else measured >= limit
+    return ProbeResult(name, component, bool(passed), float(measured), f"{'<=' if below else '>='} {limit:g}", detail)
+
+
+# Tolerances of the probes that compare two forward passes, by the dtype the forwards run
+# in. fp32: last-bit differences of the kernels (healthy runs measure <= 2.4e-6). bf16
+# (CUDA autocast; measured by bench/checkup_bf16.py with CPU bf16 autocast on the smoke
+# run, no GPU being at hand; table in docs/benchmarks.md): healthy, the sampler's KV-cache
+# logprobs differ from the padded forward's by up to 0.041 and a reward read alone or in a
+# batch by 9.8e-4, while the faults these probes catch move them by 2.9 or more
+# (temperature_mismatch, logprob_off_by_one, dropout_in_rollout, no_response_mask) and
+# 1.4 (rm_reads_pad); each bf16 tolerance sits about 6x and more above the healthy value
+# and 10x below the smallest fault's. Probes that run one forward path twice on the same
+# input (the reference twice, the first minibatch against its own rollout rows) measure 0
+# in both dtypes up to the batch shape's kernel choice.
+FORWARD_TOLERANCES: dict[str, dict[torch.dtype, float]] = {
+    "kl_zero_before_update": {torch.float32: 1e-4, torch.bfloat16: 1e-4},
+    "first_ratio_is_one": {torch.float32: 1e-5, torch.bfloat16: 1e-5},
+    "reference_deterministic": {torch.float32: 1e-5, torch.bfloat16: 1e-5},
+    "old_logprobs_are_the_rollouts": {torch.float32: 1e-6, torch.bfloat16: 1e-6},  # copies: exact in both
+    "sampled_logprobs_match_training_forward": {torch.float32: 1e-4, torch.bfloat16: 0.25},
+    "logprob_padding_invariance": {torch.float32: 1e-4, torch.bfloat16: 0.05},
+    "reward_padding_invariance": {torch.float32: 1e-4, torch.bfloat16: 0.05},
+    "reward_padding_side_invariance": {torch.float32: 1e-4, torch.bfloat16: 0.05},
+}
+
+
+def forward_within(name: str, component: Component, measured: float, dtype: torch.dtype, detail: str) -> ProbeResult:
+    """A probe comparing forward passes, against the tolerance of the forwards' dtype."""
+    result = within(name, component, measured, FORWARD_TOLERANCES[name][dtype], detail)
+    return ProbeResult(result.name, result.component, result.passed, result.measured,
+                       f"{result.tolerance} ({str(dtype).removeprefix('torch.')})", result.detail)
