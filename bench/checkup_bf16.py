@@ -1,6 +1,6 @@
 """The checkup's forward-comparing probes in fp32 and under bf16 autocast (the dtype of
 CUDA runs, exercised here on the CPU), on a healthy smoke run and with each fault these
-probes are meant to catch: what `FORWARD_TOLERANCES` in src/rlhflab/checkup/probes.py
+probes are meant to catch: what `FORWARD_TOLERANCES` in src/rlhflab/checkup/results.py
 is set from.
 
     python bench/checkup_bf16.py [--run RUN]
@@ -20,8 +20,9 @@ from benchlib import replace_section
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "## Checkup tolerances under bf16", "<!-- end checkup bf16 -->"
-PROBES = ("kl_zero_before_update", "first_ratio_is_one", "sampled_logprobs_match_training_forward",
-          "logprob_padding_invariance", "reward_padding_invariance")
+PROBES = ("kl_zero_before_update", "first_ratio_is_one", "old_logprobs_are_the_rollouts",
+          "sampled_logprobs_match_training_forward", "logprob_padding_invariance", "reference_deterministic",
+          "reward_padding_invariance", "reward_padding_side_invariance")
 FAULTS = (None, "temperature_mismatch", "logprob_off_by_one", "dropout_in_rollout", "no_response_mask",
           "rm_reads_pad", "ref_is_policy")
 
@@ -64,7 +65,7 @@ def main() -> None:
         results = measure(run_dir)
     import torch
 
-    from rlhflab.checkup.probes import FORWARD_TOLERANCES
+    from rlhflab.checkup.results import FORWARD_TOLERANCES
 
     rows = [f"| {dtype} | {fault} | " + " | ".join(f"{values[p]:.2g}" for p in PROBES) + " |"
             for (dtype, fault), values in results.items()]
@@ -74,7 +75,7 @@ def main() -> None:
         START, "",
         "Command: `python bench/checkup_bf16.py` (2-core CPU; bf16 through CPU autocast, no GPU here). Measured",
         "value of each forward-comparing probe on the smoke run, healthy and with each fault; a probe passes at or",
-        "below its tolerance (`FORWARD_TOLERANCES`, src/rlhflab/checkup/probes.py).", "",
+        "below its tolerance (`FORWARD_TOLERANCES`, src/rlhflab/checkup/results.py).", "",
         "| dtype | run | " + " | ".join(f"`{p}`" for p in PROBES) + " |",
         "|---|---|" + "---|" * len(PROBES), *rows, *tolerances, "", END,
     ])
