@@ -60,6 +60,10 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(TRL_VENV)/bin/python bench/calibration.py --base runs/bench/demo-seed0 --out runs/calibration --steps 120 \
 		--only ppo-healthy-s0 ppo-healthy-s1 ppo-kl0-lr3x ppo-lr30x
 	$(PY) bench/controller_check.py --seeds 1 2
+	$(PY) bench/doctor_callback.py --base runs/bench/demo-seed0 --out runs/doctor-callback --only grpo-healthy grpo-lr100x
+	$(TRL_VENV)/bin/python bench/doctor_callback.py --base runs/bench/demo-seed0 --out runs/doctor-callback \
+		--only ppo-healthy ppo-lr100x
+	$(PY) bench/doctor_callback.py --out runs/doctor-callback --doc docs/benchmarks.md
 	$(PY) bench/rule_calibration.py --doc docs/doctor.md
 	$(PY) bench/checkup_bf16.py
 

@@ -157,25 +157,22 @@ def train_ppo(variant: Variant, base: Path, run_dir: Path, steps: int, callback,
         reward_model=AutoModelForSequenceClassification.from_pretrained(base / "stage2_rm", num_labels=1),
         value_model=AutoModelForSequenceClassification.from_pretrained(base / "stage2_rm", num_labels=1),
         train_dataset=dataset, callbacks=[callback])
-    callback.policy = trainer.model.policy  # PPOTrainer passes no model to its callbacks
     return trainer
 
 
-def run_variant(name: str, variant: Variant, base: Path, out: Path, steps: int, every: int) -> dict:
+def build_trainer(variant: Variant, base: Path, run_dir: Path, steps: int, callback):
+    """The variant's trainer (TRL's GRPO/RLOO, or TRL 1.12's PPO in .venv-trl) from `base`'s
+    stage-1 model and reward model, on the world's training prompts, with `callback`."""
     import trl
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
     from rlhflab.worlds.reviews import ReviewsWorld, WorldConfig
 
-    world = ReviewsWorld(WorldConfig())
     tokenizer = AutoTokenizer.from_pretrained(base / "stage1_lm", padding_side="left")
-    run_dir = out / name
-    prompts = world.prompts(4096, variant.seed)
-    callback = make_gold_callback(world, tokenizer, variant.max_completion_length, every, variant.seed)
+    prompts = ReviewsWorld(WorldConfig()).prompts(4096, variant.seed)
     if variant.trainer == "ppo":
-        trainer = train_ppo(variant, base, run_dir, steps, callback, tokenizer, prompts)
-        return _train_and_label(name, variant, trainer, callback, run_dir)
+        return train_ppo(variant, base, run_dir, steps, callback, tokenizer, prompts)
     config_class, trainer_class = {"grpo": (trl.GRPOConfig, trl.GRPOTrainer),
                                    "rloo": (trl.RLOOConfig, trl.RLOOTrainer)}[variant.trainer]
     policy = AutoModelForCausalLM.from_pretrained(base / "stage1_lm")
@@ -187,12 +184,25 @@ def run_variant(name: str, variant: Variant, base: Path, out: Path, steps: int, 
         learning_rate=variant.learning_rate, beta=variant.beta, temperature=variant.temperature,
         **variant.settings,
     )
-    trainer = trainer_class(
+    return trainer_class(
         model=policy, reward_funcs=[reward_model, *reward_functions(variant)], args=config,
         train_dataset=Dataset.from_dict({"prompt": [tokenizer.bos_token + p for p in prompts]}),
         processing_class=tokenizer, reward_processing_classes=[tokenizer] + [None] * (0 if variant.reward == "rm" else 1),
         callbacks=[callback])
-    return _train_and_label(name, variant, trainer, callback, run_dir)
+
+
+def run_variant(name: str, variant: Variant, base: Path, out: Path, steps: int, every: int) -> dict:
+    from transformers import AutoTokenizer
+
+    from rlhflab.worlds.reviews import ReviewsWorld, WorldConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(base / "stage1_lm", padding_side="left")
+    callback = make_gold_callback(ReviewsWorld(WorldConfig()), tokenizer, variant.max_completion_length, every,
+                                  variant.seed)
+    trainer = build_trainer(variant, base, out / name, steps, callback)
+    if variant.trainer == "ppo":
+        callback.policy = trainer.model.policy  # PPOTrainer passes no model to its callbacks
+    return _train_and_label(name, variant, trainer, callback, out / name)
 
 
 def _train_and_label(name: str, variant: Variant, trainer, callback, run_dir: Path) -> dict:

@@ -354,14 +354,20 @@ def doctor(
     list_formats: bool = typer.Option(False, "--list-formats", help="List the log formats and exit."),
     rules_doc: Optional[Path] = typer.Option(None, "--rules-doc", help="Rewrite the rule table in this markdown "
                                              "file (docs/doctor.md) from the rule registry, and exit."),
+    follow: bool = typer.Option(False, "--follow", help="Follow a log that is still being written: tell each "
+                                "finding when it first appears."),
+    stop_on: str = typer.Option("", "--stop-on", help="With --follow: exit 1 as soon as one of these rules "
+                                "(comma-separated) fires, so a wrapper script can stop the run."),
+    interval: float = typer.Option(2.0, "--interval", help="With --follow: seconds between looks at the log."),
+    idle_exit: Optional[float] = typer.Option(None, "--idle-exit", help="With --follow: stop following once the "
+                                              "log has not changed for this many seconds (default: never)."),
 ) -> None:
     """Diagnose a run or another trainer's log: findings, evidence, ranked causes, fixes.
 
     Exit code: 1 for a finding of medium or high severity; 0 for none, when at least 10
     steps and two symptom families could be checked; 3 ("cannot tell") when not; 2 for
-    bad input."""
-    import json
-
+    bad input. With --follow: 1 as soon as a --stop-on rule fires; at --idle-exit, the
+    code of the last diagnosis; 130 when interrupted."""
     from rlhflab.doctor.diagnose import diagnose_path, diagnosis_json, write_diagnosis
     from rlhflab.doctor.formats import LogFormatError
     from rlhflab.doctor.formats.mapping import parse_map_options
@@ -378,6 +384,8 @@ def doctor(
     if path is None:
         console.print("[red]error:[/red] give a log to diagnose (or --list-formats)")
         raise typer.Exit(2)
+    if follow:
+        _follow(path, parse_map_options(mapping), format_name, stop_on, interval, idle_exit)
     try:
         diagnosis = diagnose_path(path, parse_map_options(mapping), format_name)
     except LogFormatError as err:
@@ -390,6 +398,37 @@ def doctor(
     else:
         print_diagnosis(diagnosis)
     raise typer.Exit(diagnosis.exit_code)
+
+
+def _follow(path: Path, mapping, format_name: Optional[str], stop_on: str, interval: float,
+            idle_exit: Optional[float]) -> None:
+    """`doctor --follow`: tell findings as they appear; exits with the code the docstring of `doctor` gives."""
+    from rlhflab.doctor.follow import follow
+    from rlhflab.doctor.formats import LogFormatError
+    from rlhflab.doctor.watch import Watch, stop_rules
+
+    try:
+        watch = Watch(stop_rules(stop_on))
+    except ValueError as err:
+        console.print(f"[red]error:[/red] --stop-on: {escape(str(err))}")
+        raise typer.Exit(2) from None
+    console.print(f"following {path} (every {interval:g} s{'; stop on ' + stop_on if stop_on else ''}); Ctrl-C ends")
+    try:
+        followed = follow(path, watch, mapping, format_name, interval, idle_exit, emit=lambda line: console.print(
+            escape(line), highlight=False))
+    except LogFormatError as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        if watch.diagnosis is not None:
+            print_diagnosis(watch.diagnosis)
+        raise typer.Exit(130) from None
+    print_diagnosis(followed.watch.diagnosis)
+    if followed.reason == "stop":
+        finding = followed.watch.stopped_by
+        console.print(f"[red]stop:[/red] {finding.rule} fired at step {finding.onset_step} (--stop-on)")
+        raise typer.Exit(1)
+    raise typer.Exit(followed.watch.diagnosis.exit_code)
 
 
 @app.command()

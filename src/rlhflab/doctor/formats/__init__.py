@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from rlhflab.doctor.findings import Change, Diagnosis, Finding, Fix
@@ -31,7 +31,17 @@ from rlhflab.doctor.formats import (
     verl,
     wandb_csv,
 )
-from rlhflab.doctor.formats.spec import CANONICAL, Column, Dialect, LogFormat, LogFormatError, RawLog, UserMapping, build_table
+from rlhflab.doctor.formats.spec import (
+    CANONICAL,
+    Column,
+    Dialect,
+    LogFormat,
+    LogFormatError,
+    RawLog,
+    UserMapping,
+    build_table,
+    choose_dialect,
+)
 from rlhflab.doctor.table import MetricTable
 
 # Every trainer's vocabulary; containers that do not know their trainer choose among these.
@@ -50,7 +60,7 @@ FORMATS: tuple[LogFormat, ...] = (
 BY_NAME: dict[str, LogFormat] = {f.name: f for f in FORMATS}
 
 __all__ = ["BY_NAME", "Column", "DIALECTS", "DIALECTS_BY_NAME", "Dialect", "FORMATS", "LogFormat", "LogFormatError",
-           "RawLog", "UserMapping", "detect_format", "get_format", "read_log", "render_change", "render_fix",
+           "RawLog", "UserMapping", "detect_format", "get_format", "read_history", "read_log", "render_change", "render_fix",
            "verify_command"]
 
 
@@ -82,6 +92,36 @@ def read_log(path: Path, mapping: UserMapping | None = None, format_name: str | 
     mapping = mapping or UserMapping()
     with _collector_paused():
         return build_table(fmt.read(path, mapping), fmt, mapping, str(path), DIALECTS_BY_NAME)
+
+
+def read_history(rows: list[dict], arguments: object | None = None, mapping: UserMapping | None = None,
+                 source: str = "live") -> MetricTable:
+    """The metrics table of a running transformers/TRL trainer's `state.log_history`, read
+    as its saved trainer_state.json would be, with the settings its arguments hold (e.g.
+    `GRPOConfig.beta`) in the trainer's own names (`settings_from_arguments`)."""
+    mapping = mapping or UserMapping()
+    raw = trainer_state.raw_log_of_rows(rows, mapping, source)
+    if arguments is not None:
+        names = {name for record in raw.records for name in record}
+        dialect = choose_dialect(names, trainer_state.FORMAT.dialects)
+        raw = replace(raw, settings={**settings_from_arguments(arguments, dialect), **raw.settings})
+    return build_table(raw, trainer_state.FORMAT, mapping, source, DIALECTS_BY_NAME)
+
+
+def settings_from_arguments(arguments: object, dialect: Dialect) -> dict:
+    """`RunSettings` fields read from a trainer's arguments object through the dialect's
+    vocabulary (`kl_coef` -> `GRPOConfig.beta` -> `arguments.beta`). Only the names of the
+    trainer's own config class are read: the class of the arguments, or the one most of
+    the vocabulary names (RLOOConfig shares GRPOConfig's names); plain values only."""
+    classes = [entry.split(".")[0] for entry in dialect.vocabulary.values() if "." in entry]
+    own = {type(arguments).__name__, max(set(classes), key=classes.count)} if classes else set()
+    settings = {}
+    for setting, entry in dialect.vocabulary.items():
+        cls, _, attribute = entry.partition(".")
+        value = getattr(arguments, attribute, None) if cls in own and attribute.isidentifier() else None
+        if isinstance(value, (bool, int, float, str)):
+            settings[setting] = value
+    return settings
 
 
 @contextmanager

@@ -79,15 +79,19 @@ def is_evaluation_row(row: dict[str, Any]) -> bool:
 
 
 def _read(path: Path, mapping: UserMapping) -> RawLog:
-    """Training rows and evaluation rows apart; each row's step is transformers' `step`
-    (else the episode, else the row's index) unless the user names another step column.
-    TRL's PPO counts episodes: their increase per step is the batch size."""
     file = state_file(path)
-    rows = load_rows(file)
+    return raw_log_of_rows(load_rows(file), mapping, str(file))
+
+
+def raw_log_of_rows(rows: list[Any], mapping: UserMapping, source: str) -> RawLog:
+    """A log_history's rows, from a file or from a running trainer's state: training rows
+    and evaluation rows apart; each row's step is transformers' `step` (else the episode,
+    else the row's index) unless the user names another step column. TRL's PPO counts
+    episodes: their increase per step is the batch size."""
     records, evaluation = [], []
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise LogFormatError(f"{file}: log_history entry {index + 1} is {type(row).__name__}, not an object")
+            raise LogFormatError(f"{source}: log_history entry {index + 1} is {type(row).__name__}, not an object")
         if not mapping.step_key and "step" not in row:
             row = {**row, "step": row.get("episode", index)}
         (evaluation if is_evaluation_row(row) else records).append(row)

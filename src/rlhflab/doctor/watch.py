@@ -1,0 +1,52 @@
+"""The doctor on a run that is still going: diagnose the metrics so far, again and again,
+and tell each finding once (again only if it grows more severe), and whether one of the
+rules the user stops on has fired (the names and meaning of `ppo.stop_on`). Shared by the
+transformers callback (`rlhflab.integrations`) and `rlhflab doctor --follow`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from rlhflab.doctor.diagnose import diagnose
+from rlhflab.doctor.findings import Diagnosis, Finding
+from rlhflab.doctor.rules import RULE_NAMES
+from rlhflab.doctor.table import MetricTable
+
+SEVERITY_ORDER = {"low": 0, "medium": 1, "high": 2}
+
+
+def stop_rules(names: Iterable[str] | str) -> frozenset[str]:
+    """Rule names from a list or a comma-separated string; an unknown name is an error."""
+    names = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    unknown = [n for n in names if n not in RULE_NAMES]
+    if unknown:
+        raise ValueError(f"unknown rule(s) to stop on: {', '.join(unknown)}; known: {', '.join(RULE_NAMES)}")
+    return frozenset(names)
+
+
+@dataclass
+class Watch:
+    stop_on: frozenset[str] = frozenset()
+    told: dict[str, str] = field(default_factory=dict)  # rule -> the severity it was last told at
+    diagnosis: Diagnosis | None = None
+    stopped_by: Finding | None = None
+
+    def check(self, table: MetricTable) -> list[Finding]:
+        """Diagnose `table`; the findings not told before (or now more severe), in the
+        diagnosis's order. The first of them whose rule is in `stop_on` stops the run."""
+        self.diagnosis = diagnose(table)
+        new = [f for f in self.diagnosis.findings
+               if SEVERITY_ORDER[f.severity] > SEVERITY_ORDER.get(self.told.get(f.rule, ""), -1)]
+        for finding in new:
+            self.told[finding.rule] = finding.severity
+            if self.stopped_by is None and finding.rule in self.stop_on:
+                self.stopped_by = finding
+        return new
+
+
+def finding_line(finding: Finding, step_word: str = "step") -> str:
+    """One console line for a finding: its severity, rule, onset and title, and its first cause."""
+    cause = finding.causes[0].component if finding.causes else "unknown"
+    return (f"rlhflab doctor: [{finding.severity}] {finding.rule} at {step_word} {finding.onset_step}: "
+            f"{finding.title} (likely cause: {cause})")

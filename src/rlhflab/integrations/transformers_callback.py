@@ -1,0 +1,109 @@
+"""`DoctorCallback`: the doctor inside any transformers `Trainer` (TRL's GRPO, RLOO, PPO,
+DPO, ... included). Every `every` logging calls it reads the trainer's `log_history` so
+far through the format registry (as its saved trainer_state.json would be read, with the
+settings its arguments hold), runs the rules, and reports each new finding once: a line
+in the console and `OUTPUT_DIR/rlhflab/diagnosis.json`; `report.html` beside it when
+training ends. With `stop_on` (rule names, the meaning of `ppo.stop_on`) a finding of one
+of those rules saves a checkpoint and stops the run.
+
+    from rlhflab.integrations import DoctorCallback
+    trainer = GRPOTrainer(..., callbacks=[DoctorCallback(stop_on=("kl_explosion",))])
+    trainer.train()
+
+Trainers whose own loop ignores `control.should_training_stop` (TRL 1.12's PPOTrainer)
+get `DoctorStop` raised at their next logging call, after the checkpoint they saved.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterable
+
+from rich.markup import escape
+from transformers import TrainerCallback
+
+from rlhflab.doctor.diagnose import write_diagnosis
+from rlhflab.doctor.findings import Finding
+from rlhflab.doctor.formats import read_history
+from rlhflab.doctor.formats.mapping import parse_pairs
+from rlhflab.doctor.report import write_report
+from rlhflab.doctor.watch import Watch, finding_line, stop_rules
+from rlhflab.progress import console
+
+OUTPUT_SUBDIR = "rlhflab"
+
+
+class DoctorStop(RuntimeError):
+    """Raised to end a trainer that ignored the callback's request to stop."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(f"stopped by the doctor: {finding.title} (rule {finding.rule})")
+        self.finding = finding
+
+
+class DoctorCallback(TrainerCallback):
+    """Args:
+        every: logging calls between two diagnoses (the last one is always diagnosed at the end).
+        stop_on: rule names whose finding stops the run, with a checkpoint.
+        mapping: `their_name=metric` pairs for columns the registry does not know, as `--map`.
+        output_dir: where `rlhflab/` goes; default: the trainer's `args.output_dir`.
+    """
+
+    def __init__(self, every: int = 10, stop_on: Iterable[str] | str = (), mapping: Iterable[str] = (),
+                 output_dir: str | Path | None = None) -> None:
+        if every < 1:
+            raise ValueError(f"every must be >= 1, got {every}")
+        self.every = every
+        self.mapping = parse_pairs(list(mapping))
+        self.output_dir = Path(output_dir) if output_dir is not None else None
+        self.watch = Watch(stop_rules(stop_on))
+        self.calls = 0
+        self.seconds: list[float] = []  # wall time of each diagnosis
+        self.stopped_at: int | None = None  # the global step at which the stop was asked
+        self.table = None
+
+    def out_dir(self, args) -> Path:
+        return (self.output_dir or Path(args.output_dir)) / OUTPUT_SUBDIR
+
+    def diagnose(self, args, state) -> list[Finding]:
+        start = time.perf_counter()
+        self.table = read_history(list(state.log_history), args, self.mapping, source=str(args.output_dir))
+        new = self.watch.check(self.table)
+        out = self.out_dir(args)
+        out.mkdir(parents=True, exist_ok=True)
+        write_diagnosis(self.watch.diagnosis, out / "diagnosis.json")
+        self.seconds.append(time.perf_counter() - start)
+        return new
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.stopped_at is not None and state.global_step > self.stopped_at:
+            self._write_report(args)
+            raise DoctorStop(self.watch.stopped_by)  # the trainer kept going after the checkpoint
+        self.calls += 1
+        if self.calls % self.every or not state.is_world_process_zero:
+            return control
+        self._tell(self.diagnose(args, state))
+        if self.watch.stopped_by is not None and self.stopped_at is None:
+            finding = self.watch.stopped_by
+            console.print(f"rlhflab doctor: stopping at step {state.global_step} on {finding.rule} "
+                          f"(stop_on); a checkpoint is saved in {args.output_dir}")
+            self.stopped_at = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero and state.log_history:
+            self._tell(self.diagnose(args, state))
+            self._write_report(args)
+        return control
+
+    @staticmethod
+    def _tell(findings: list[Finding]) -> None:
+        for finding in findings:
+            console.print(escape(finding_line(finding)), highlight=False)
+
+    def _write_report(self, args) -> None:
+        if self.table is not None and self.watch.diagnosis is not None:
+            write_report(self.out_dir(args), self.table, self.watch.diagnosis)
