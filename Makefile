@@ -64,6 +64,7 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(TRL_VENV)/bin/python bench/doctor_callback.py --base runs/bench/demo-seed0 --out runs/doctor-callback \
 		--only ppo-healthy ppo-lr100x
 	$(PY) bench/doctor_callback.py --out runs/doctor-callback --doc docs/benchmarks.md
+	$(PY) bench/outside_faults.py --base runs/bench/demo-seed0 --out runs/outside-faults --doc docs/benchmarks.md
 	$(PY) bench/rule_calibration.py --doc docs/doctor.md
 	$(PY) bench/checkup_bf16.py
 

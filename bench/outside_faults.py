@@ -6,7 +6,7 @@ diagnosed as the faults bench does. Written after the checkup's probes by the sa
 so not blind to them; the zoo and the tests' broken implementations were not reused.
 
     python bench/outside_faults.py --base runs/faults-bench/healthy-seed0 --out runs/outside-faults \\
-        [--only NAME ...] [--doc docs/benchmarks.md]
+        [--only NAME ...] [--rescore] [--doc docs/benchmarks.md]
 
 Reports, per bug: the policy's held-out gold gain over the stage-1 model against the
 healthy run's, the probes that failed, the doctor's findings from the metrics, and the
@@ -170,7 +170,7 @@ def first_component(diagnosis) -> str:
     return diagnosis.findings[0].causes[0].component if diagnosis.findings and diagnosis.findings[0].causes else "-"
 
 
-def run_bug(name: str, base: Path, out: Path) -> dict:
+def run_bug(name: str, base: Path, out: Path, rescore: bool = False) -> dict:
     from rlhflab.checkup import run_checkup
     from rlhflab.config import config_from_run
     from rlhflab.doctor.diagnose import CHECKUP_RULE, diagnose, read_and_diagnose
@@ -184,7 +184,8 @@ def run_bug(name: str, base: Path, out: Path) -> dict:
     config = config_from_run(base)
     run = RunDir(out / name)
     start = time.perf_counter()
-    rerun(config, RunDir(base), run, "ppo", components, show_progress=False)
+    if not rescore:
+        rerun(config, RunDir(base), run, "ppo", components, show_progress=False)
     probes = run_checkup(config, run, components)
     table, diagnosis = read_and_diagnose(run.root)
     table.settings = RunSettings()
@@ -193,7 +194,8 @@ def run_bug(name: str, base: Path, out: Path) -> dict:
            "healthy_gain": gold_gain(base), "failed_probes": [p.name for p in probes if not p.passed],
            "metric_findings": [f.rule for f in diagnosis.findings if f.rule != CHECKUP_RULE],
            "first": first_component(diagnosis), "log_only_first": first_component(log_only),
-           "seconds": time.perf_counter() - start}
+           "seconds": json.loads((out / f"{name}.json").read_text())["seconds"] if rescore
+           else time.perf_counter() - start}
     (out / f"{name}.json").write_text(json.dumps(row, indent=1))
     print(json.dumps(row), flush=True)
     return row
@@ -209,7 +211,8 @@ def render(out: Path) -> str:
 
     lines = [START, "",
              "Command: `python bench/outside_faults.py --base runs/faults-bench/healthy-seed0 --out "
-             "runs/outside-faults --doc docs/benchmarks.md` (2-core CPU, demo preset, seed 0). Twelve bugs written "
+             "runs/outside-faults --doc docs/benchmarks.md` (2-core CPU, demo preset, seed 0; `--rescore` checks and "
+             "diagnoses the trained runs again after a change to the checkup or the doctor). Twelve bugs written "
              "outside the zoo and the tests (bench/outside_faults.py), each in one default component; gold gain is "
              f"the policy's held-out gold over the stage-1 model's (healthy: {healthy:+.3f}).", "",
              f"- caught by a failed probe: {sum(bool(r['failed_probes']) for r in rows)} of {len(rows)}; noticed at "
@@ -234,11 +237,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, choices=sorted(BUGS))
     parser.add_argument("--doc", type=Path, default=None)
     parser.add_argument("--render-only", action="store_true", help="only write the table of OUT's results")
+    parser.add_argument("--rescore", action="store_true", help="check and diagnose OUT's trained runs again")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.render_only:
         for name in args.only or BUGS:
-            run_bug(name, args.base, args.out)
+            run_bug(name, args.base, args.out, args.rescore)
     if args.doc is not None:
         replace_section(args.doc, START, END, render(args.out))
 

@@ -109,6 +109,19 @@ def value_loss_ascending(values, old_values, returns, mask, clip_eps):
     return -loss, stats
 
 
+def policy_loss_clip_computed_but_not_used(logprobs, old_logprobs, advantages, mask, clip_eps):
+    """The clipped term computed, then the unclipped one returned."""
+    ratio = torch.exp(logprobs - old_logprobs.detach())
+    loss = (-advantages.detach() * ratio)[mask].mean()
+    return loss, losses.policy_loss(logprobs, old_logprobs, advantages, mask, clip_eps)[1]
+
+
+def value_loss_on_whitened_returns(values, old_values, returns, mask, clip_eps):
+    """Value targets normalised per batch while the values are not."""
+    whitened = (returns - returns[mask].mean()) / (returns[mask].std() + 1e-8)
+    return losses.value_loss(values, old_values, whitened, mask, clip_eps)
+
+
 def value_loss_on_detached_values(values, old_values, returns, mask, clip_eps):
     return losses.value_loss(values.detach(), old_values, returns, mask, clip_eps)
 
@@ -225,6 +238,8 @@ BROKEN = [
     (gradients.probe_kl_penalty_reaches_no_parameter, broken(shape_rewards=shape_rewards_with_learnable_beta)),
     (gradients.probe_value_loss_moves_values_toward_returns, broken(value_loss=value_loss_ascending)),
     (gradients.probe_value_loss_moves_values_toward_returns, broken(value_loss=value_loss_on_detached_values)),
+    (gradients.probe_value_loss_zero_at_returns, broken(value_loss=value_loss_on_whitened_returns)),
+    (gradients.probe_clip_bounds_the_update, broken(policy_loss=policy_loss_clip_computed_but_not_used)),
     (credit.probe_score_at_last_token, broken(shape_rewards=shape_rewards_score_at_last_column)),
     (credit.probe_score_moves_own_advantages_only, broken(gae=gae_over_the_flattened_batch)),
     (credit.probe_gae_matches_naive_loop, broken(gae=gae_bootstrapping_past_the_end)),

@@ -70,3 +70,42 @@ def probe_value_loss_moves_values_toward_returns(ctx: ProbeContext) -> ProbeResu
     return within("value_loss_moves_values_toward_returns", "advantages_values", measured, 0.0,
                   f"relative change of mean (value - return)^2 after a small step along the value loss "
                   f"(must fall; value-head gradient norm^2 = {head_grad:.3g})")
+
+
+def probe_clip_bounds_the_update(ctx: ProbeContext) -> ProbeResult:
+    """The clipped surrogate removes the incentive to move a ratio outside [1 - eps, 1 + eps]
+    (Schulman et al. 2017, eq. 7): with the configured policy loss and clip range, a token
+    whose ratio is already past the range in its advantage's direction gets no gradient,
+    and one inside the range does. Measured on the rollout's tokens with unit advantages."""
+    rollout, cfg = ctx.rollout(), ctx.config.ppo
+    mask, eps = rollout.mask, cfg.clip_eps
+    old = rollout.logprobs
+    # Even rows: A = +1 at ratio 1 + 2 eps; odd rows: A = -1 at ratio (1 - eps) / 2 (a range
+    # of eps >= 1 has no lower side to pass: every row is then an even one).
+    odd = (torch.arange(mask.shape[0], device=mask.device)[:, None] % 2 == 1) & (eps < 1)
+    advantages = torch.where(odd, -1.0, 1.0).expand_as(old) * mask
+    past = torch.where(odd, math.log(max(1 - eps, 1e-6) / 2), math.log1p(2 * eps))
+    grads = []
+    for shift in (past, torch.zeros_like(past)):
+        logprobs = (old + shift * mask).detach().requires_grad_(True)
+        loss, _ = ctx.state.components.policy_loss(logprobs, old, advantages, mask, eps)
+        grads.append(torch.autograd.grad(loss, logprobs)[0][mask].abs().max() if loss.requires_grad else
+                     torch.tensor(0.0))
+    outside, inside = (float(g) for g in grads)
+    measured = outside if inside > 0 else math.inf
+    return within("clip_bounds_the_update", "advantages_values", measured, 0.0,
+                  f"max |gradient| of the policy loss on tokens whose ratio is past the clip range in their "
+                  f"advantage's direction (inside the range: {inside:.3g}, which must be > 0)")
+
+
+def probe_value_loss_zero_at_returns(ctx: ProbeContext) -> ProbeResult:
+    """The value loss is 0 when the values (and the rollout's values) equal the returns,
+    and positive when they are off by 1: its targets are the returns."""
+    trace, cfg = ctx.iteration(), ctx.config.ppo
+    returns, mask = trace.advantages.returns, trace.rollout.mask
+    at, _ = ctx.state.components.value_loss(returns, returns, returns, mask, cfg.value_clip_eps)
+    off, _ = ctx.state.components.value_loss(returns + 1.0, returns, returns, mask, cfg.value_clip_eps)
+    measured = float(at) if float(off) > 0 else math.inf
+    return within("value_loss_zero_at_returns", "advantages_values", abs(measured), 1e-6,
+                  f"the value loss with values = rollout values = returns (off by 1: {float(off):.3g}, which must "
+                  "be > 0)")

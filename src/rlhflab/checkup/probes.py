@@ -60,6 +60,8 @@ PROBES: tuple[Probe, ...] = (
     Probe(gradients.probe_losses_differentiate_current_outputs_only, 3, needs_trainer=True),
     Probe(gradients.probe_kl_penalty_reaches_no_parameter, 3, needs_trainer=True),
     Probe(gradients.probe_value_loss_moves_values_toward_returns, 3, needs_trainer=True),
+    Probe(gradients.probe_value_loss_zero_at_returns, 3, needs_trainer=True),
+    Probe(gradients.probe_clip_bounds_the_update, 3, needs_trainer=True),
     # credit
     Probe(credit.probe_score_at_last_token, 3, needs_trainer=True),
     Probe(credit.probe_score_moves_own_advantages_only, 3, needs_trainer=True),
