@@ -18,7 +18,7 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin
 
 import tomllib
 
-from rlhflab.doctor.rules import RULE_NAMES
+from rlhflab.doctor.rules import rule_names
 from rlhflab.worlds.reviews.config import WorldConfig
 
 
@@ -380,10 +380,10 @@ def _check_consistency(config: PipelineConfig) -> None:
         )
     if config.reward.responses_per_prompt < 2:
         raise ConfigError(f"reward.responses_per_prompt = {config.reward.responses_per_prompt}: expected at least 2")
-    if ppo.stop_on:
-        unknown = [r for r in stop_rules(ppo) if r not in RULE_NAMES]
-        if unknown:
-            raise ConfigError(f"ppo.stop_on: unknown rule(s) {', '.join(unknown)}; known: {', '.join(RULE_NAMES)}")
+    try:
+        stop_rules(ppo)
+    except ValueError as err:
+        raise ConfigError(f"ppo.stop_on: {err}") from None
     if config.data.reward_base and not config.data.preferences:
         raise ConfigError("data.reward_base needs data.preferences: the world's comparisons are samples of "
                           "RUN/stage1_lm, scored by a reward model of the same tokenizer")
@@ -392,8 +392,8 @@ def _check_consistency(config: PipelineConfig) -> None:
 
 
 def stop_rules(ppo: PPOConfig) -> list[str]:
-    """The rule names in `ppo.stop_on`."""
-    return [r.strip() for r in ppo.stop_on.split(",") if r.strip()]
+    """The rule names in `ppo.stop_on` (an unknown one is a ValueError)."""
+    return rule_names(ppo.stop_on)
 
 
 def parse_override(text: str) -> tuple[str, str]:

@@ -10,19 +10,15 @@ from typing import Iterable
 
 from rlhflab.doctor.diagnose import diagnose
 from rlhflab.doctor.findings import Diagnosis, Finding
-from rlhflab.doctor.rules import RULE_NAMES
+from rlhflab.doctor.rules import rule_names
 from rlhflab.doctor.table import MetricTable
 
 SEVERITY_ORDER = {"low": 0, "medium": 1, "high": 2}
 
 
 def stop_rules(names: Iterable[str] | str) -> frozenset[str]:
-    """Rule names from a list or a comma-separated string; an unknown name is an error."""
-    names = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
-    unknown = [n for n in names if n not in RULE_NAMES]
-    if unknown:
-        raise ValueError(f"unknown rule(s) to stop on: {', '.join(unknown)}; known: {', '.join(RULE_NAMES)}")
-    return frozenset(names)
+    """The rules to stop on; an unknown name is a ValueError (`rules.rule_names`)."""
+    return frozenset(rule_names(names))
 
 
 @dataclass

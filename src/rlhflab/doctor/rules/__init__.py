@@ -13,4 +13,15 @@ RULES: tuple[Rule, ...] = registered()
 RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES)
 BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
 
-__all__ = ["BY_NAME", "Detection", "RULES", "RULE_NAMES", "Rule", "Threshold"]
+
+def rule_names(names) -> list[str]:
+    """Rule names from a comma-separated string or a list (`ppo.stop_on`, `--stop-on`,
+    `DoctorCallback(stop_on=...)`); an unknown name is a ValueError naming the known ones."""
+    names = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise ValueError(f"unknown rule(s) {', '.join(unknown)}; known: {', '.join(RULE_NAMES)}")
+    return names
+
+
+__all__ = ["BY_NAME", "Detection", "RULES", "RULE_NAMES", "Rule", "Threshold", "rule_names"]
