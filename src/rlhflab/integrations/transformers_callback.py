@@ -67,42 +67,46 @@ class DoctorCallback(TrainerCallback):
         return (self.output_dir or Path(args.output_dir)) / OUTPUT_SUBDIR
 
     def diagnose(self, args, state) -> list[Finding]:
+        """The findings new in the history so far. Every process diagnoses the same history
+        (transformers keeps it on each), so all of them decide to stop at the same step;
+        the main process alone writes and prints."""
         start = time.perf_counter()
         self.table = read_history(list(state.log_history), args, self.mapping, source=str(args.output_dir))
         new = self.watch.check(self.table)
-        out = self.out_dir(args)
-        out.mkdir(parents=True, exist_ok=True)
-        write_diagnosis(self.watch.diagnosis, out / "diagnosis.json")
+        if state.is_world_process_zero:
+            out = self.out_dir(args)
+            out.mkdir(parents=True, exist_ok=True)
+            write_diagnosis(self.watch.diagnosis, out / "diagnosis.json")
+            for finding in new:
+                console.print(escape(finding_line(finding)), highlight=False)
         self.seconds.append(time.perf_counter() - start)
         return new
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.stopped_at is not None and state.global_step > self.stopped_at:
-            self._write_report(args)
+            if state.is_world_process_zero:
+                self._write_report(args)
             raise DoctorStop(self.watch.stopped_by)  # the trainer kept going after the checkpoint
         self.calls += 1
-        if self.calls % self.every or not state.is_world_process_zero:
+        if self.calls % self.every:
             return control
-        self._tell(self.diagnose(args, state))
+        self.diagnose(args, state)
         if self.watch.stopped_by is not None and self.stopped_at is None:
             finding = self.watch.stopped_by
-            console.print(f"rlhflab doctor: stopping at step {state.global_step} on {finding.rule} "
-                          f"(stop_on); a checkpoint is saved in {args.output_dir}")
+            if state.is_world_process_zero:
+                console.print(f"rlhflab doctor: stopping at step {state.global_step} on {finding.rule} "
+                              f"(stop_on); a checkpoint is saved in {args.output_dir}")
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
-        if state.is_world_process_zero and state.log_history:
-            self._tell(self.diagnose(args, state))
-            self._write_report(args)
+        if state.log_history:
+            self.diagnose(args, state)
+            if state.is_world_process_zero:
+                self._write_report(args)
         return control
-
-    @staticmethod
-    def _tell(findings: list[Finding]) -> None:
-        for finding in findings:
-            console.print(escape(finding_line(finding)), highlight=False)
 
     def _write_report(self, args) -> None:
         if self.table is not None and self.watch.diagnosis is not None:
