@@ -130,3 +130,32 @@ def test_follow_reads_an_output_dir_whose_trainer_state_is_rewritten_at_each_sav
                       sleep=save_next)
     assert followed.reason == "stop" and followed.table.settings.trainer == "trl-grpo"
     assert followed.table.steps_read < 80  # stopped at a save before the last
+
+
+REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
+
+
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="../shared/real_logs is not present")
+@pytest.mark.parametrize("name, stop_on, stops", [
+    # MANIFEST.md: a healthy veRL PPO run (435 steps); a TRL GRPO run whose answers collapsed.
+    ("verl_ppo_qwen2.5-0.5b_gsm8k_resp256.log", "kl_explosion,entropy_collapse,length_collapse", False),
+    ("trl_grpo_vlm_qwen2.5vl-3b_collapse_run_terminal.md", "entropy_collapse,length_collapse", True),
+])
+def test_follow_replays_a_real_log_as_its_trainer_wrote_it(tmp_path, name, stop_on, stops):
+    """The real log appended to a file in 20 chunks while the doctor follows it."""
+    lines = (REAL_LOGS / name).read_text().splitlines(keepends=True)
+    chunks = iter([lines[len(lines) * k // 20:len(lines) * (k + 1) // 20] for k in range(20)])
+    log = tmp_path / name
+
+    def append_next(_):
+        chunk = next(chunks, None)
+        if chunk is not None:
+            with log.open("a") as handle:
+                handle.writelines(chunk)
+
+    told = []
+    followed = follow(log, Watch(stop_rules(stop_on)), interval=0, idle_exit=1, emit=told.append, sleep=append_next)
+    assert (followed.reason == "stop") == stops, told
+    if not stops:  # the whole healthy run read, and no finding of medium or high severity told on the way
+        assert followed.table.steps_read == read_log(REAL_LOGS / name).steps_read
+        assert not [line for line in told if "[high]" in line or "[medium]" in line]

@@ -198,6 +198,18 @@ def test_captured_console_takes_steps_from_the_progress_bar(tmp_path: Path):
     assert any("progress bar" in n for n in table.notes)
 
 
+def test_a_printed_none_is_no_value_and_a_printed_nan_is_non_finite(tmp_path: Path):
+    # The head of a veRL console log prints the model's config as a dict: an unset field
+    # (None) there is not a non-finite metric, while a nan in a metrics dict is.
+    path = tmp_path / "console.txt"
+    path.write_text("{'eos_token_id': 151645, 'bos_token_id': None, 'pad_token_id': 151643}\n")
+    assert diagnose(read_log(path)).findings == []
+    rows = [{"loss": 0.1 * i, "reward": 0.5, "kl": 0.01, "grad_norm": float("nan") if i == 3 else 1.0}
+            for i in range(1, 8)]
+    path.write_text("".join(repr(row) + "\n" for row in rows))
+    assert "non_finite" in {f.rule for f in diagnose(read_log(path)).findings}
+
+
 # --- verdicts and exit codes -----------------------------------------------------------------------------
 def test_exit_codes_finding_no_finding_cannot_tell_and_bad_input(tmp_path: Path):
     runner = CliRunner()

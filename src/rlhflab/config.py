@@ -152,7 +152,7 @@ class PPOConfig:
     """Iterations in a row with a skipped (NaN/Inf) update after which the run stops with a checkpoint."""
     stop_on: str = ""
     """Comma-separated doctor rules (e.g. kl_explosion,reward_hacking_gold) that stop the run, with a
-    checkpoint and the diagnosis, when they fire."""
+    checkpoint and the diagnosis, when they fire at medium or high severity (a low one is a note)."""
 
 
 @dataclass(frozen=True)

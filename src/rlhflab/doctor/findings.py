@@ -65,6 +65,12 @@ class Finding:
     def fix(self) -> Fix | None:
         return next((c.fix for c in self.causes if c.fix is not None), None)
 
+    def stops(self, rules: "frozenset[str] | set[str]") -> bool:
+        """Whether this finding stops a run told to stop on `rules` (`ppo.stop_on`,
+        `--stop-on`, `DoctorCallback(stop_on=...)`): one of those rules, at medium or high
+        severity (a low one is a note: the doctor still calls the run healthy)."""
+        return self.rule in rules and self.severity != "low"
+
 
 # The symptom families the doctor's coverage is stated for, and the rule symptoms each holds.
 FAMILIES: dict[str, tuple[str, ...]] = {

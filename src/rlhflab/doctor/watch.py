@@ -30,13 +30,13 @@ class Watch:
 
     def check(self, table: MetricTable) -> list[Finding]:
         """Diagnose `table`; the findings not told before (or now more severe), in the
-        diagnosis's order. The first of them whose rule is in `stop_on` stops the run."""
+        diagnosis's order. The first of them that `stops` on `stop_on` stops the run."""
         self.diagnosis = diagnose(table)
         new = [f for f in self.diagnosis.findings
                if SEVERITY_ORDER[f.severity] > SEVERITY_ORDER.get(self.told.get(f.rule, ""), -1)]
         for finding in new:
             self.told[finding.rule] = finding.severity
-            if self.stopped_by is None and finding.rule in self.stop_on:
+            if self.stopped_by is None and finding.stops(self.stop_on):
                 self.stopped_by = finding
         return new
 

@@ -175,7 +175,7 @@ class LiveDoctor:
             return next(f for f in self._diagnose().findings if f.rule == "updates_skipped")
         if not self.stop_on or (step + 1) % self.config.ppo.doctor_every:
             return None
-        return next((f for f in self._diagnose().findings if f.rule in self.stop_on), None)
+        return next((f for f in self._diagnose().findings if f.stops(self.stop_on)), None)
 
     def _diagnose(self):
         # The metrics so far, read as the doctor reads the run's files afterwards.

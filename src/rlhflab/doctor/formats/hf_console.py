@@ -25,6 +25,7 @@ _DICT = re.compile(r"\{'[^'\n]+': [^\n]*\}")
 _BAR = re.compile(r"(\d+)/(\d+) \[")
 _NON_FINITE = re.compile(r"(?<![\w'])(nan|inf|-inf)(?![\w'])")
 _BAR_STEP = "\0bar step"  # a key no log can use
+_NAN = "\0nan"  # what a printed nan becomes before literal_eval, which has no nan
 # The end-of-training summary dict: not a step, so not held to the bar's order.
 _SUMMARY = {"train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos",
             "epoch", _BAR_STEP}
@@ -33,7 +34,7 @@ _HEAD = re.compile(r"\{'[A-Za-z_][\w/.\-]*': '?-?(\d|nan|inf)")
 
 def _parse_dict(text: str) -> dict[str, Any] | None:
     """A printed metrics dict (Python repr; nan and inf as Python prints them)."""
-    literal = _NON_FINITE.sub(lambda m: {"nan": "None", "inf": "1e999", "-inf": "-1e999"}[m.group(1)], text)
+    literal = _NON_FINITE.sub(lambda m: {"nan": repr(_NAN), "inf": "1e999", "-inf": "-1e999"}[m.group(1)], text)
     try:
         value = ast.literal_eval(literal)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
@@ -44,8 +45,11 @@ def _parse_dict(text: str) -> dict[str, Any] | None:
 
 
 def _number(value: object) -> float | None:
-    """A logged value: a number, or (transformers 5 prints them so) a number as text."""
+    """A logged value: a number, or (transformers 5 prints them so) a number as text. A
+    printed `None` is no value (a config dict's unset field), unlike a printed `nan`."""
     if value is None:
+        return None
+    if value == _NAN:
         return float("nan")
     if isinstance(value, bool):
         return None
