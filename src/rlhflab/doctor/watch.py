@@ -8,12 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from rlhflab.doctor.diagnose import diagnose
+from rlhflab.doctor.diagnose import SEVERITY_ORDER, diagnose
 from rlhflab.doctor.findings import Diagnosis, Finding
 from rlhflab.doctor.rules import rule_names
 from rlhflab.doctor.table import MetricTable
-
-SEVERITY_ORDER = {"low": 0, "medium": 1, "high": 2}
 
 
 def stop_rules(names: Iterable[str] | str) -> frozenset[str]:
@@ -32,8 +30,9 @@ class Watch:
         """Diagnose `table`; the findings not told before (or now more severe), in the
         diagnosis's order. The first of them that `stops` on `stop_on` stops the run."""
         self.diagnosis = diagnose(table)
+        # SEVERITY_ORDER ranks high first (0): more severe is a smaller number.
         new = [f for f in self.diagnosis.findings
-               if SEVERITY_ORDER[f.severity] > SEVERITY_ORDER.get(self.told.get(f.rule, ""), -1)]
+               if f.rule not in self.told or SEVERITY_ORDER[f.severity] < SEVERITY_ORDER[self.told[f.rule]]]
         for finding in new:
             self.told[finding.rule] = finding.severity
             if self.stopped_by is None and finding.stops(self.stop_on):
@@ -41,8 +40,8 @@ class Watch:
         return new
 
 
-def finding_line(finding: Finding, step_word: str = "step") -> str:
+def finding_line(finding: Finding) -> str:
     """One console line for a finding: its severity, rule, onset and title, and its first cause."""
     cause = finding.causes[0].component if finding.causes else "unknown"
-    return (f"rlhflab doctor: [{finding.severity}] {finding.rule} at {step_word} {finding.onset_step}: "
+    return (f"rlhflab doctor: [{finding.severity}] {finding.rule} at step {finding.onset_step}: "
             f"{finding.title} (likely cause: {cause})")
