@@ -42,7 +42,7 @@ def measure(run_dir: Path) -> dict[tuple[str, str], dict[str, float]]:
         precision.BF16_DEVICES = devices
         for fault in FAULTS:
             components = get_fault(fault).components() if fault else PPOComponents()
-            measured = {r.name: r.measured for r in run_checkup(config, run, components)}
+            measured = {r.name: r.measured for r in run_checkup(config, run, components).results}
             results[(dtype, fault or "healthy")] = {p: measured[p] for p in PROBES}
             print(dtype, fault or "healthy", results[(dtype, fault or "healthy")], flush=True)
     return results

@@ -186,7 +186,7 @@ def run_bug(name: str, base: Path, out: Path, rescore: bool = False) -> dict:
     start = time.perf_counter()
     if not rescore:
         rerun(config, RunDir(base), run, "ppo", components, show_progress=False)
-    probes = run_checkup(config, run, components)
+    probes = run_checkup(config, run, components).results
     table, diagnosis = read_and_diagnose(run.root)
     table.settings = RunSettings()
     log_only = diagnose(table)

@@ -143,8 +143,23 @@ def render(rows: list[dict], command: str) -> str:
               f"{family_ok} of {len(sick)} (of every family it names: {family_all}). Runs labelled "
               f"{' or '.join(others) or 'otherwise'} count in neither: `no_learning` is a run whose gold neither rose "
               "nor fell, `silent_bug` a zoo fault whose gold the run does not show (the checkup's to find: "
-              "docs/faults.md).", END]
+              "docs/faults.md).", "",
+              f"From gold's best to the end, the proxy (in its own units) moved {proxy_moves(rows, 'reward_hacking')} "
+              f"on the runs labelled reward_hacking and {proxy_moves(rows, 'policy_degraded')} on those labelled "
+              "policy_degraded.", END]
     return "\n".join(lines) + "\n"
+
+
+def proxy_change(label: dict) -> float | None:
+    """How the proxy moved from gold's best to the end (label_run's trailing means)."""
+    start, end = label.get("proxy_at_gold_best"), label.get("proxy_end")
+    return end - start if start is not None and end is not None else None
+
+
+def proxy_moves(rows: list[dict], family: str) -> str:
+    """The range of the proxy's move from gold's best to the end over the runs whose label names `family`."""
+    moves = sorted({r["proxy_change"] for r in rows if family in r["families"] and r.get("proxy_change") is not None})
+    return f"{moves[0]:+.2f} to {moves[-1]:+.2f}" if moves else "(no run)"
 
 
 def curve_label(run: Path, fault: bool) -> dict:
@@ -158,7 +173,7 @@ def curve_label(run: Path, fault: bool) -> dict:
     label = label_run(history, [(r["step"], r["reward/proxy_mean"]) for r in rows])
     if fault and label["label"] == "healthy":
         label["label"] = "silent_bug"
-    return {"label": label["label"], "families": label["families"]}
+    return {"label": label["label"], "families": label["families"], "proxy_change": proxy_change(label)}
 
 
 def metrics_only(path: Path, mapping=None) -> MetricTable:
@@ -182,6 +197,7 @@ def main() -> None:
         for name, label in json.loads(labels_path.read_text()).items():
             log = args.calibration / name / "trainer_state.json"
             rows.append({"run": f"calibration/{name}", "label": label["label"], "families": label["families"],
+                         "proxy_change": proxy_change(label),
                          **signals(metrics_only(log, parse_pairs(HELD_OUT_MAP)))})
             # The same run as a log without a gold column, as most users' logs are.
             rows.append({"run": f"calibration/{name} (no gold)", "label": label["label"],

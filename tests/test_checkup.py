@@ -309,7 +309,7 @@ def test_the_update_probe_tells_a_wrong_direction_from_too_large_a_step(smoke_ru
 
 
 def test_the_checkup_runs_every_probe_on_the_healthy_pipeline_and_clears_components(smoke_run):
-    results = run_checkup(load_config("smoke"), smoke_run)
+    results = run_checkup(load_config("smoke"), smoke_run).results
     failed = {r.name: (r.measured, r.tolerance) for r in results if not r.passed}
     # The smoke reward model is small; its health probes are checked on the demo in the faults bench.
     failed.pop("rm_prefers_chosen", None)
@@ -325,7 +325,7 @@ def test_the_checkup_runs_every_probe_on_the_healthy_pipeline_and_clears_compone
 def test_models_checked_for_another_trainer_skip_the_trainer_probes_and_clear_less(smoke_run, tmp_path):
     ctx = context(smoke_run)
     ctx.trainer = False
-    results = run_probes(ctx, tmp_path)
+    results = run_probes(ctx, tmp_path).results
     saved = json.loads((tmp_path / "checkup.json").read_text())
     trainer_only = {p.name for p in PROBES if p.needs_trainer}
     assert set(saved["skipped"]) == trainer_only and not trainer_only & {r.name for r in results}
@@ -363,7 +363,7 @@ def test_probes_hold_under_bf16_autocast_and_a_logprob_bug_still_fails(smoke_run
     import rlhflab.models.precision as precision
 
     monkeypatch.setattr(precision, "BF16_DEVICES", ("cpu", "cuda"))
-    results = run_probes(context(smoke_run), tmp_path)
+    results = run_probes(context(smoke_run), tmp_path).results
     failed = [r for r in results if not r.passed and not r.name.startswith("rm_")]
     assert failed == [] and any(r.tolerance.endswith("(bfloat16)") for r in results)
     assert not logprobs.probe_sampled_logprobs_match(context(smoke_run, broken(response_logits=logits_with_a_bias))).passed

@@ -6,7 +6,6 @@ loading the training stack (torch, transformers), which the stages import.
 
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -368,6 +367,8 @@ def doctor(
     steps and two symptom families could be checked; 3 ("cannot tell") when not; 2 for
     bad input. With --follow: 1 as soon as a --stop-on rule fires; at --idle-exit, the
     code of the last diagnosis; 130 when interrupted."""
+    import json
+
     from rlhflab.doctor.diagnose import diagnose_path, diagnosis_json, write_diagnosis
     from rlhflab.doctor.formats import LogFormatError
     from rlhflab.doctor.formats.mapping import parse_map_options
@@ -532,23 +533,21 @@ def checkup(
         _require(run / "stage2_rm", "reward")
         config = _stage_config(run, "demo", None, None)  # the run's own config
     with _input_errors():
-        results = run_checkup(config, RunDir(run), components_for(config), trainer=not own)
+        found = run_checkup(config, RunDir(run), components_for(config), trainer=not own)
     table = Table(title=f"checkup: {run}")
     for column in ("probe", "component", "result", "measured", "tolerance", "what"):
         table.add_column(column)
-    for r in results:
+    for r in found.results:
         table.add_row(r.name, r.component, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]",
                       f"{r.measured:.3g}", r.tolerance, r.detail)
     console.print(table)
-    saved = json.loads((run / "checkup.json").read_text())
-    for name, why in saved["skipped"].items():
+    for name, why in found.skipped.items():
         console.print(f"not run: {name}: {why}")
-    for s in saved["settings"]:
-        if not s["ok"]:
-            console.print(f"[yellow]warning:[/yellow] {s['setting']} = {s['value']:g} is outside {s['supported']} "
-                          f"({s['source']})" + (f"; {s['note']}" if s["note"] else ""))
+    for s in found.warnings:
+        console.print(f"[yellow]warning:[/yellow] {s.setting} = {s.value:g} is outside {s.supported} ({s.source})"
+                      + (f"; {s.note}" if s.note else ""))
     console.print(f"wrote {run / 'checkup.json'}")
-    if not all(r.passed for r in results):
+    if not all(r.passed for r in found.results):
         raise typer.Exit(1)
 
 

@@ -3,7 +3,7 @@ own models and components through one real iteration (`probes.py` is the registr
 doctor reads their verdict from `RUN/checkup.json`."""
 
 from rlhflab.checkup.context import ProbeContext
-from rlhflab.checkup.probes import PROBES, run_checkup, run_probes
+from rlhflab.checkup.probes import PROBES, Checkup, run_checkup, run_probes
 from rlhflab.checkup.results import ProbeResult
 
-__all__ = ["PROBES", "ProbeContext", "ProbeResult", "run_checkup", "run_probes"]
+__all__ = ["PROBES", "Checkup", "ProbeContext", "ProbeResult", "run_checkup", "run_probes"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Callable, TypeVar
 
 import torch
 
+from rlhflab.checkup.iteration import IterationTrace, trace_iteration
 from rlhflab.config import PipelineConfig
 from rlhflab.data.files import PreferenceRecord
 from rlhflab.data.prompt_pool import PromptSource
@@ -16,6 +18,8 @@ from rlhflab.ppo.rollout import Rollout, make_rollout
 from rlhflab.ppo.trainer import PPOState
 from rlhflab.seeding import torch_generator
 from rlhflab.worlds.reviews import ReviewsWorld
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -34,23 +38,23 @@ class ProbeContext:
     trainer: bool = True
     _cache: dict = field(default_factory=dict, repr=False)
 
+    def shared(self, name: str, make: Callable[[], T]) -> T:
+        """What several probes measure once: `make()` on the first call for `name`."""
+        if name not in self._cache:
+            self._cache[name] = make()
+        return self._cache[name]
+
     def rollout(self) -> Rollout:
         """One rollout of the untrained policy (the same one for every probe)."""
-        if "rollout" not in self._cache:
-            generator = torch_generator(self.config.seed, "checkup", "sampling")
-            self._cache["rollout"] = make_rollout(
-                self.state.policy, self.state.reference, self.state.reward, self.state.tokenizer, self.prompts,
-                self.config.ppo.response_length, self.config.ppo.temperature, generator, self.state.components)
-        return self._cache["rollout"]
+        return self.shared("rollout", lambda: make_rollout(
+            self.state.policy, self.state.reference, self.state.reward, self.state.tokenizer, self.prompts,
+            self.config.ppo.response_length, self.config.ppo.temperature,
+            torch_generator(self.config.seed, "checkup", "sampling"), self.state.components))
 
-    def iteration(self):
+    def iteration(self) -> IterationTrace:
         """One traced PPO iteration on `rollout()` (`iteration.trace_iteration`); the state is
         restored afterwards."""
-        from rlhflab.checkup.iteration import trace_iteration
-
-        if "iteration" not in self._cache:
-            self._cache["iteration"] = trace_iteration(self.state, self.rollout(), self.config.seed)
-        return self._cache["iteration"]
+        return self.shared("iteration", lambda: trace_iteration(self.state, self.rollout(), self.config.seed))
 
     @cached_property
     def dtype(self) -> torch.dtype:

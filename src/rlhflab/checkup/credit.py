@@ -28,8 +28,17 @@ def raw_advantages(ctx: ProbeContext, scores: Tensor) -> Tensor:
     return advantages
 
 
-def _longest_row(ctx: ProbeContext) -> int:
-    return int(ctx.rollout().mask.sum(1).argmax())
+def score_response(ctx: ProbeContext) -> tuple[int, Tensor]:
+    """The longest response's row, and how every advantage changes when that row's score
+    rises by 1: d advantage / d score, since shaping and GAE are linear in the score."""
+    def measure() -> tuple[int, Tensor]:
+        row = int(ctx.rollout().mask.sum(1).argmax())
+        scores = ctx.rollout().scores
+        bumped = scores.clone()
+        bumped[row] += 1.0
+        return row, raw_advantages(ctx, bumped) - raw_advantages(ctx, scores)
+
+    return ctx.shared("score_response", measure)
 
 
 def probe_score_at_last_token(ctx: ProbeContext) -> ProbeResult:
@@ -46,11 +55,8 @@ def probe_score_at_last_token(ctx: ProbeContext) -> ProbeResult:
 
 
 def probe_score_moves_own_advantages_only(ctx: ProbeContext) -> ProbeResult:
-    row = _longest_row(ctx)
-    scores = ctx.rollout().scores
-    bumped = scores.clone()
-    bumped[row] += 1.0
-    delta = (raw_advantages(ctx, bumped) - raw_advantages(ctx, scores)).abs()
+    row, delta = score_response(ctx)
+    delta = delta.abs()
     others = torch.cat([delta[:row], delta[row + 1:]])
     leak, own = float(others.max()), float(delta[row].max())
     measured = leak if own > 0 else float("inf")
@@ -62,12 +68,8 @@ def probe_score_moves_own_advantages_only(ctx: ProbeContext) -> ProbeResult:
 def probe_every_token_gets_credit(ctx: ProbeContext) -> ProbeResult:
     """The score's credit reaching each real token of the longest response, under the
     configured gamma and lam (d advantage_t / d score)."""
-    row = _longest_row(ctx)
-    rollout = ctx.rollout()
-    scores = rollout.scores
-    bumped = scores.clone()
-    bumped[row] += 1.0
-    credit = (raw_advantages(ctx, bumped) - raw_advantages(ctx, scores))[row][rollout.mask[row]]
+    row, delta = score_response(ctx)
+    credit = delta[row][ctx.rollout().mask[row]]
     cfg = ctx.config.ppo
     return within("every_token_gets_credit", "advantages_values", float(credit.min()), MIN_CREDIT,
                   f"least d advantage / d score over the {len(credit)} tokens of the longest response "

@@ -20,7 +20,7 @@ from typing import Callable
 from rlhflab.checkup import credit, data, gradients, kl, logprobs, masks, reward, update
 from rlhflab.checkup.context import ProbeContext
 from rlhflab.checkup.results import ProbeResult, ProbeSkipped
-from rlhflab.checkup.settings import check_settings
+from rlhflab.checkup.settings import SettingReport, check_settings
 from rlhflab.config import PipelineConfig
 from rlhflab.distributed import default_device
 from rlhflab.doctor.findings import Component
@@ -83,39 +83,53 @@ PROBES: tuple[Probe, ...] = (
 )
 
 
-def run_probes(ctx: ProbeContext, out_dir: Path) -> list[ProbeResult]:
+@dataclass(frozen=True)
+class Checkup:
+    """What a checkup found: each probe's result, the probes that could not run and why,
+    the components cleared (every probe that clears them ran and passed), and the settings
+    checked against the literature's ranges."""
+
+    results: list[ProbeResult]
+    skipped: dict[str, str]
+    cleared: list[str]
+    settings: list[SettingReport]
+
+    @property
+    def warnings(self) -> list[SettingReport]:
+        return [s for s in self.settings if not s.ok]
+
+
+def run_probes(ctx: ProbeContext, out_dir: Path) -> Checkup:
     """Every probe on `ctx` that applies; writes out_dir/checkup.json with the results (each
-    with its specificity and whether it is conclusive), the probes that could not run and
-    why, and the settings' warnings."""
+    with its specificity and the component it clears), the components cleared, the probes
+    that could not run and why, and the settings' warnings."""
     results: list[ProbeResult] = []
     records: list[dict] = []
     skipped: dict[str, str] = {}
-    unclear: set[str] = set()  # components with a conclusive probe that failed or did not run
+    unclear: set[str] = set()  # components with a clearing probe that failed or did not run
     for probe in PROBES:
-        if probe.needs_trainer and not ctx.trainer:
-            skipped[probe.name] = "tests rlhflab's own PPO trainer, not models trained by another"
-            unclear.add(probe.clears or "")
-            continue
         try:
+            if probe.needs_trainer and not ctx.trainer:
+                raise ProbeSkipped("tests rlhflab's own PPO trainer, not models trained by another")
             out = probe.run(ctx)
         except ProbeSkipped as why:
             skipped[probe.name] = str(why)
-            unclear.add(probe.clears or "")
+            unclear |= {probe.clears} if probe.clears else set()
             continue
         for result in out if isinstance(out, list) else [out]:
             results.append(result)
             records.append(asdict(result) | {"specificity": probe.specificity, "clears": probe.clears})
             if not result.passed and probe.clears:
                 unclear.add(probe.clears)
-    cleared = {probe.clears for probe in PROBES if probe.clears} - unclear
-    settings = [asdict(s) for s in check_settings(ctx.config.ppo)]
-    write_json(Path(out_dir) / "checkup.json", {"probes": records, "cleared": sorted(cleared),
-                                                "skipped": skipped, "settings": settings})
-    return results
+    cleared = sorted({probe.clears for probe in PROBES if probe.clears} - unclear)
+    checkup = Checkup(results, skipped, cleared, check_settings(ctx.config.ppo))
+    write_json(Path(out_dir) / "checkup.json", {"probes": records, "cleared": cleared, "skipped": skipped,
+                                                "settings": [asdict(s) for s in checkup.settings]})
+    return checkup
 
 
 def run_checkup(config: PipelineConfig, run: RunDir, components: PPOComponents = PPOComponents(),
-                trainer: bool = True) -> list[ProbeResult]:
+                trainer: bool = True) -> Checkup:
     """Every probe on a run's models (its stages, or the user's `data.policy` and
     `data.reward_model`) and prompts; writes RUN/checkup.json. The reward model is tested
     on the held-out share of `data.preferences`, or on fresh labelled world samples.

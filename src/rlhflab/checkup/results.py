@@ -3,7 +3,7 @@ or blames; tolerances of the probes that compare forward passes follow their dty
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -58,5 +58,4 @@ FORWARD_TOLERANCES: dict[str, dict[torch.dtype, float]] = {
 def forward_within(name: str, component: Component, measured: float, dtype: torch.dtype, detail: str) -> ProbeResult:
     """A probe comparing forward passes, against the tolerance of the forwards' dtype."""
     result = within(name, component, measured, FORWARD_TOLERANCES[name][dtype], detail)
-    return ProbeResult(result.name, result.component, result.passed, result.measured,
-                       f"{result.tolerance} ({str(dtype).removeprefix('torch.')})", result.detail)
+    return replace(result, tolerance=f"{result.tolerance} ({str(dtype).removeprefix('torch.')})")

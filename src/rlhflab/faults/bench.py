@@ -39,7 +39,7 @@ class BenchRow:
     log_only_component: str  # ranked first from the metrics alone, as for another trainer's log
     findings: list[str] = field(default_factory=list)
     failed_probes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # the checkup's settings outside published ranges: "key=value"
+    warnings: list[str] = field(default_factory=list)  # settings the checkup warned of, as "key=value"
     seconds: float = 0.0
 
     @property
@@ -73,12 +73,6 @@ def _timed_seconds(out: Path) -> float:
     return json.loads(timing.read_text())["seconds"]
 
 
-def setting_warnings(run: RunDir) -> list[str]:
-    """The settings the run's checkup warned of, as `key=value`."""
-    settings = json.loads((run.root / "checkup.json").read_text()).get("settings", [])
-    return [f"{s['setting']}={s['value']:g}" for s in settings if not s["ok"]]
-
-
 def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunDir | None = None,
               rescore: bool = False) -> BenchRow:
     """One run (a fresh pipeline, or the fault's stages on top of `base`), checkup, doctor.
@@ -94,7 +88,7 @@ def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunD
         run = run_pipeline(config, out, components, show_progress=False).run
     else:
         rerun(config, base, run, first_stage(fault), components, show_progress=False)
-    probes = run_checkup(config, run, components)
+    checkup = run_checkup(config, run, components)
     table, diagnosis = read_and_diagnose(run.root)  # ranks with the failed probes in RUN/checkup.json
     write_diagnosis(diagnosis, run.diagnosis)
     write_report(run.root, table, diagnosis)
@@ -110,8 +104,8 @@ def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunD
         detected=bool(diagnosis.findings),
         symptom_in_metrics=any(f.rule != CHECKUP_RULE for f in diagnosis.findings),
         first_component=first, right_component=first == component, log_only_component=_first_component(log_only),
-        findings=[f.rule for f in diagnosis.findings], failed_probes=[p.name for p in probes if not p.passed],
-        warnings=setting_warnings(run), seconds=seconds,
+        findings=[f.rule for f in diagnosis.findings], failed_probes=[p.name for p in checkup.results if not p.passed],
+        warnings=[f"{s.setting}={s.value:g}" for s in checkup.warnings], seconds=seconds,
     )
 
 
