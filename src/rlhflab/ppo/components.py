@@ -54,6 +54,23 @@ def world_prompts(world, n: int, seed: int) -> list[str]:
     return world.prompts(n, seed)
 
 
+def kl_to_reference(metrics: dict[str, float]) -> float:
+    """What the KL controller is told: the batch mean of the per-sequence KL to the
+    reference (Ziegler et al. 2019 sec. 2.2 control the KL of the whole response)."""
+    return metrics["kl/mean"]
+
+
+def shuffled_minibatches(batch: int, minibatches: int, epochs: int, generator: torch.Generator) -> list[Tensor]:
+    """The update's schedule: every epoch a fresh permutation of the batch, split into
+    `minibatches` equal parts (each epoch visits every sample once, in a new order)."""
+    size = batch // minibatches
+    schedule = []
+    for _ in range(epochs):
+        order = torch.randperm(batch, generator=generator)
+        schedule.extend(order[start : start + size] for start in range(0, batch, size))
+    return schedule
+
+
 @dataclass(frozen=True)
 class PPOComponents:
     """One field per component; see docs/implementation_details.md for each default."""
@@ -67,11 +84,14 @@ class PPOComponents:
     # KL control.
     make_kl_controller: Callable[[PPOConfig], KLController] = kl_controller_from_config
     make_reference: Callable[[Path, torch.nn.Module], torch.nn.Module] = load_reference
+    kl_signal: Callable[[dict[str, float]], float] = kl_to_reference
     # Logprob bookkeeping and sampling.
     sample: Callable = sample_responses
     response_logits: Callable = response_logits
     response_mask: Callable[[Tensor], Tensor] = keep_mask
     rollout_mode: Callable = eval_mode
+    # The update's schedule of minibatches.
+    minibatch_schedule: Callable[[int, int, int, torch.Generator], list[Tensor]] = shuffled_minibatches
     # Reward.
     score: Callable = score_sequences
     reward_transform: Callable[[Tensor, float, float, bool], Tensor] = standardise

@@ -74,54 +74,49 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
     cfg, c, cluster = state.config, state.components, state.cluster
     totals: dict[str, float] = {}
     ratio_max, n, skipped = 0.0, 0, 0
-    batch = len(rollout.prompts)
-    size = batch // cfg.minibatches
     # The policy stays in eval mode: dropout off in rollout and update alike, so the
     # first ratio is exactly 1 (Huang et al. 2023, "disable dropout").
-    for _ in range(cfg.epochs):
-        order = torch.randperm(batch, generator=generator)
-        for start in range(0, batch, size):
-            # Under torchrun each process takes its share of the minibatch's rows; its loss
-            # is weighted by its share of the minibatch's tokens, so the gradients summed
-            # over processes are those of the whole minibatch's token mean.
-            minibatch = order[start : start + size]
-            index = cluster.shard(minibatch)
-            mb = rollout.select(index)
-            share = cluster.world * float(mb.mask.sum()) / float(rollout.mask[minibatch].sum())
-            logits, values = state.policy(mb.input_ids, mb.attention_mask, mb.prompt_len, cfg.temperature,
-                                          c.response_logits)
-            logprobs = losses.logprobs_from_logits(logits, mb.response_ids)
-            pg_loss, pg = c.policy_loss(logprobs, mb.logprobs, adv.advantages[index], mb.mask, cfg.clip_eps)
-            vf_loss, vf = c.value_loss(values, mb.values, adv.returns[index], mb.mask, cfg.value_clip_eps)
-            # Without a bonus the entropy is only logged: keep it out of the graph.
-            entropy_logits = logits if cfg.entropy_coef else logits.detach()
-            entropy = masked_mean(losses.entropy_from_logits(entropy_logits), mb.mask)
-            loss = pg_loss + cfg.vf_coef * vf_loss - cfg.entropy_coef * entropy
-            state.optimizer.zero_grad(set_to_none=True)
-            (loss * (share / cluster.world)).backward()
-            cluster.sum_gradients(state.policy.parameters())
-            grad_norm = torch.nn.utils.clip_grad_norm_(state.policy.parameters(), cfg.max_grad_norm)
-            # A NaN/Inf loss or gradient (from a reward, an advantage or an overflow) would
-            # poison the weights and Adam's moments for good: skip the step and count it.
-            finite = bool(torch.isfinite(grad_norm))  # the same on every process: gradients are summed
-            skipped += not finite
-            if finite:
-                state.optimizer.step()
-            token_means = {
-                "policy/loss": pg_loss.item(),
-                "value/loss": vf_loss.item(),
-                "policy/entropy": entropy.item(),
-                "policy/approxkl": float(pg.approxkl),
-                "policy/clipfrac": float(pg.clipfrac),
-                "policy/ratio_mean": float(pg.ratio_mean),
-                "value/clipfrac": float(vf.clipfrac),
-            }
-            step_metrics = cluster.sum({k: v * share / cluster.world for k, v in token_means.items()})
-            step_metrics["policy/grad_norm"] = float(grad_norm)
-            for key, value in step_metrics.items():
-                totals[key] = totals.get(key, 0.0) + value
-            ratio_max = max(ratio_max, cluster.max(float(pg.ratio_max)))
-            n += 1
+    for minibatch in c.minibatch_schedule(len(rollout.prompts), cfg.minibatches, cfg.epochs, generator):
+        # Under torchrun each process takes its share of the minibatch's rows; its loss
+        # is weighted by its share of the minibatch's tokens, so the gradients summed
+        # over processes are those of the whole minibatch's token mean.
+        index = cluster.shard(minibatch)
+        mb = rollout.select(index)
+        share = cluster.world * float(mb.mask.sum()) / float(rollout.mask[minibatch].sum())
+        logits, values = state.policy(mb.input_ids, mb.attention_mask, mb.prompt_len, cfg.temperature,
+                                      c.response_logits)
+        logprobs = losses.logprobs_from_logits(logits, mb.response_ids)
+        pg_loss, pg = c.policy_loss(logprobs, mb.logprobs, adv.advantages[index], mb.mask, cfg.clip_eps)
+        vf_loss, vf = c.value_loss(values, mb.values, adv.returns[index], mb.mask, cfg.value_clip_eps)
+        # Without a bonus the entropy is only logged: keep it out of the graph.
+        entropy_logits = logits if cfg.entropy_coef else logits.detach()
+        entropy = masked_mean(losses.entropy_from_logits(entropy_logits), mb.mask)
+        loss = pg_loss + cfg.vf_coef * vf_loss - cfg.entropy_coef * entropy
+        state.optimizer.zero_grad(set_to_none=True)
+        (loss * (share / cluster.world)).backward()
+        cluster.sum_gradients(state.policy.parameters())
+        grad_norm = torch.nn.utils.clip_grad_norm_(state.policy.parameters(), cfg.max_grad_norm)
+        # A NaN/Inf loss or gradient (from a reward, an advantage or an overflow) would
+        # poison the weights and Adam's moments for good: skip the step and count it.
+        finite = bool(torch.isfinite(grad_norm))  # the same on every process: gradients are summed
+        skipped += not finite
+        if finite:
+            state.optimizer.step()
+        token_means = {
+            "policy/loss": pg_loss.item(),
+            "value/loss": vf_loss.item(),
+            "policy/entropy": entropy.item(),
+            "policy/approxkl": float(pg.approxkl),
+            "policy/clipfrac": float(pg.clipfrac),
+            "policy/ratio_mean": float(pg.ratio_mean),
+            "value/clipfrac": float(vf.clipfrac),
+        }
+        step_metrics = cluster.sum({k: v * share / cluster.world for k, v in token_means.items()})
+        step_metrics["policy/grad_norm"] = float(grad_norm)
+        for key, value in step_metrics.items():
+            totals[key] = totals.get(key, 0.0) + value
+        ratio_max = max(ratio_max, cluster.max(float(pg.ratio_max)))
+        n += 1
     return {key: value / n for key, value in totals.items()} | {"policy/ratio_max": ratio_max,
                                                                  "guard/skipped_updates": float(skipped)}
 
@@ -142,7 +137,7 @@ def ppo_iteration(state: PPOState, prompts: list[str], generator: torch.Generato
     timings["update"] = time.perf_counter() - start
     metrics = rollout_metrics(rollout, adv, kl_coef) | update
     if math.isfinite(metrics["kl/mean"]):  # a NaN would stay in an adaptive beta for good
-        state.controller.update(metrics["kl/mean"], len(prompts))
+        state.controller.update(state.components.kl_signal(metrics), len(prompts))
     metrics |= {
         "lr": state.optimizer.param_groups[0]["lr"],
         "time/rollout_s": timings["rollout"],
