@@ -4,6 +4,7 @@ from the zoo), the way a user's own code would have the bug."""
 
 import dataclasses
 import json
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -17,12 +18,15 @@ from rlhflab.checkup import (
     kl,
     logprobs,
     masks,
+    optimizer,
     reward,
     run_checkup,
     run_probes,
     update,
 )
+from rlhflab.checkup.probes import cleared_components
 from rlhflab.checkup.settings import check_settings
+from rlhflab.checkup.states import MOVE_ITERATIONS, moved_state
 from rlhflab.config import PPOConfig, load_config
 from rlhflab.doctor.causes import CheckupVerdict, rank_causes
 from rlhflab.doctor.rules import BY_NAME
@@ -42,7 +46,16 @@ def context(run, components=PPOComponents(), **ppo):
     config = load_config("smoke", overrides=[f"ppo.{k}={v}" for k, v in ppo.items()])
     state = load_ppo_state(config, run, components)
     world = ReviewsWorld(config.world)
-    return ProbeContext(config, state, world, world.prompts(config.ppo.batch_size, 7), world)
+    return ProbeContext(config, state, world, world.prompts(config.ppo.batch_size, 7), world,
+                        starting_model=run.stage1_lm)
+
+
+@contextmanager
+def moved(ctx, checkpoint_dir=None):
+    """`ctx` in the moved state: the run's checkpoint in `checkpoint_dir`, else a few real
+    iterations; undone on exit."""
+    with moved_state(ctx.state, ctx.config, ctx.source, checkpoint_dir) as where:
+        yield dataclasses.replace(ctx, where=where, _cache={})
 
 
 def broken(**code) -> PPOComponents:
@@ -224,6 +237,37 @@ class OptimizerThatNeverSteps(torch.optim.Adam):
         return None
 
 
+class OptimizerThatForgets(torch.optim.Adam):
+    """Adam rebuilt before every step (a trainer that makes its optimiser per iteration)."""
+
+    def step(self, closure=None):
+        self.state.clear()
+        return super().step(closure)
+
+
+class _FollowsThePolicy(torch.nn.Module):
+    """The policy reached through a plain attribute: it shares no registered parameter."""
+
+    def __init__(self, lm):
+        super().__init__()
+        object.__setattr__(self, "lm", lm)
+        self.anchor = torch.nn.Parameter(torch.zeros(()), requires_grad=False)  # a device to be on, frozen
+
+    def forward(self, **kwargs):
+        with torch.no_grad():
+            return self.lm(**kwargs)
+
+
+def reference_that_follows_the_policy(stage1_dir, policy_lm):
+    return _FollowsThePolicy(policy_lm)
+
+
+def shape_rewards_sequence_kl_on_every_token(scores, logprobs, ref_logprobs, mask, kl_coef, kl_estimator="k1"):
+    """Each token charged the KL of its whole sequence (a penalty N tokens times too large)."""
+    rewards, kl = adv_math.shape_rewards(scores, logprobs, ref_logprobs, mask, 0.0, kl_estimator)
+    return rewards - kl_coef * torch.where(mask, kl.sum(1, keepdim=True), 0.0), kl
+
+
 # (probe, a broken implementation of what it guards)
 BROKEN = [
     (logprobs.probe_kl_zero_before_update, broken(make_reference=reference_perturbed)),
@@ -264,10 +308,99 @@ def test_probe_passes_healthy_and_fails_on_a_broken_implementation(smoke_run, pr
     assert not result.passed, result
 
 
+# (probe of the moved state, a broken implementation it fails on there and that every probe
+# passes at the start, where the policy, the old policy and the reference are one model)
+BROKEN_ONCE_MOVED = [
+    (logprobs.probe_reference_is_the_starting_model, broken(make_reference=reference_that_follows_the_policy)),
+    (kl.probe_kl_penalty_is_beta_times_the_kl, broken(make_reference=reference_that_follows_the_policy)),
+    (kl.probe_kl_penalty_is_beta_times_the_kl, broken(shape_rewards=shape_rewards_sequence_kl_on_every_token)),
+]
+
+
+@pytest.mark.parametrize("probe, components", BROKEN_ONCE_MOVED,
+                         ids=[f"{p.__name__}-{i}" for i, (p, _) in enumerate(BROKEN_ONCE_MOVED)])
+def test_moved_state_probe_passes_healthy_and_fails_on_a_bug_the_start_cannot_see(smoke_run, probe, components):
+    with moved(context(smoke_run)) as ctx:
+        assert probe(ctx).passed
+    with moved(context(smoke_run, components)) as ctx:
+        result = probe(ctx)
+    assert not result.passed and result.component == "kl_control", result
+
+
 def test_every_registered_probe_has_a_broken_implementation_it_fails_on():
-    tested = {p for p, _ in BROKEN} | {logprobs.probe_old_logprobs_are_the_rollouts,
-                                       logprobs.probe_ratio_moves_after_first_step, reward.probe_reward_model_health}
+    tested = {p for p, _ in BROKEN + BROKEN_ONCE_MOVED} | {
+        logprobs.probe_old_logprobs_are_the_rollouts, logprobs.probe_ratio_moves_after_first_step,
+        reward.probe_reward_model_health, credit.probe_advantages_follow_their_samples,
+        optimizer.probe_optimizer_state_carried}
     assert {probe.run for probe in PROBES} <= tested
+
+
+def test_no_probe_clears_a_component_from_a_state_where_its_invariant_holds_trivially():
+    for probe in PROBES:
+        assert set(probe.clears_in) <= set(probe.states), probe.name
+        assert bool(probe.clears_in) == (probe.clears is not None), probe.name
+        assert probe.sees and probe.blind, probe.name
+        if probe.relates_policies:  # policy = old policy = reference at the start
+            assert "start" not in probe.clears_in, probe.name
+
+
+def test_a_component_is_cleared_only_when_its_probes_passed_in_their_clearing_states():
+    clearing = [p for p in PROBES if p.clears == "logprob_bookkeeping"]
+    everywhere = {p.name: set(p.states) for p in PROBES}
+    assert "logprob_bookkeeping" in cleared_components(everywhere, set())
+    only_start = {name: states - {"moved"} for name, states in everywhere.items()}
+    assert "logprob_bookkeeping" not in cleared_components(only_start, set())
+    assert "logprob_bookkeeping" not in cleared_components(everywhere, {clearing[0].name})
+
+
+def test_a_reference_that_follows_the_policy_passes_every_probe_at_the_start_and_fails_once_moved(smoke_run, tmp_path):
+    ctx = context(smoke_run, broken(make_reference=reference_that_follows_the_policy))
+    checkup = run_probes(ctx, tmp_path, smoke_run.checkpoints / "ppo")
+    failed = {(r.name, r.state) for r in checkup.results if not r.passed and not r.name.startswith("rm_")}
+    assert failed == {("reference_is_the_starting_model", "moved"), ("kl_penalty_is_beta_times_the_kl", "moved")}
+    saved = json.loads((tmp_path / "checkup.json").read_text())
+    assert "checkpoint" in saved["states"]["moved"] and {p["state"] for p in saved["probes"]} == {"start", "moved"}
+    verdict = CheckupVerdict.from_probes(saved["probes"], saved["cleared"])
+    failed_probes = {name: c for name, c in verdict.failed.items() if not name.startswith("rm_")}  # smoke-size RM
+    assert failed_probes == {"reference_is_the_starting_model": "kl_control", "kl_penalty_is_beta_times_the_kl":
+                             "kl_control"}
+
+
+def test_without_a_checkpoint_the_checkup_moves_the_policy_itself_and_undoes_it(smoke_run, tmp_path):
+    ctx = context(smoke_run)
+    weights = {k: v.clone() for k, v in ctx.state.policy.state_dict().items()}
+    checkup = run_probes(ctx, tmp_path, checkpoint_dir=None)
+    assert f"after {MOVE_ITERATIONS} real PPO iterations" in checkup.states["moved"]
+    assert all(r.passed for r in checkup.results if r.state == "moved"), [r for r in checkup.results if not r.passed]
+    assert all(torch.equal(v, ctx.state.policy.state_dict()[k]) for k, v in weights.items())
+    assert not ctx.state.optimizer.state  # the moments made there are gone too
+
+
+def test_advantages_probe_fails_when_samples_are_shuffled_apart_from_their_advantages(smoke_run, monkeypatch):
+    with moved(context(smoke_run)) as ctx:
+        assert credit.probe_advantages_follow_their_samples(ctx).passed
+    select = Rollout.select
+
+    def sorted_rows(self, index):  # the samples taken in batch order, their advantages in the shuffled one
+        return select(self, index.sort().values)
+
+    monkeypatch.setattr(Rollout, "select", sorted_rows)
+    result = credit.probe_advantages_follow_their_samples(context(smoke_run))
+    assert not result.passed and result.component == "advantages_values"
+
+
+def test_optimizer_probe_fails_on_moments_lost_between_steps_and_on_a_value_head_left_out(smoke_run):
+    with moved(context(smoke_run)) as ctx:
+        assert optimizer.probe_optimizer_state_carried(ctx).passed
+    forgetting = context(smoke_run)
+    forgetting.state.optimizer = OptimizerThatForgets(forgetting.state.policy.parameters(), lr=1e-4, eps=1e-5)
+    with moved(forgetting) as ctx:
+        assert not optimizer.probe_optimizer_state_carried(ctx).passed
+    headless = context(smoke_run)
+    headless.state.optimizer = torch.optim.Adam(headless.state.policy.lm.parameters(), lr=1e-4, eps=1e-5)
+    with moved(headless) as ctx:
+        result = optimizer.probe_optimizer_state_carried(ctx)
+    assert not result.passed and "outside the optimiser (2)" in result.detail
 
 
 def test_old_logprobs_probe_fails_when_the_update_gets_stale_ones(smoke_run, monkeypatch):
@@ -328,7 +461,9 @@ def test_models_checked_for_another_trainer_skip_the_trainer_probes_and_clear_le
     results = run_probes(ctx, tmp_path).results
     saved = json.loads((tmp_path / "checkup.json").read_text())
     trainer_only = {p.name for p in PROBES if p.needs_trainer}
-    assert set(saved["skipped"]) == trainer_only and not trainer_only & {r.name for r in results}
+    moved_only = {p.name for p in PROBES if "moved" in p.states}
+    assert {key.split(" (")[0] for key in saved["skipped"]} == trainer_only | moved_only
+    assert not trainer_only & {r.name for r in results} and "moved" not in saved["states"]
     # first_ratio_is_one did not run, so logprob bookkeeping is not cleared
     assert "logprob_bookkeeping" not in saved["cleared"]
 

@@ -209,7 +209,8 @@ def test_rlhflab_settings_keys_are_config_fields_and_settings_fields():
     from rlhflab.config import PipelineConfig
 
     settings = settings_from_config(asdict(PipelineConfig()))
-    assert set(settings) == set(CONFIG_KEYS.values()) - {"kl_target"}  # unset by default
+    # kl_target is unset by default; the controller's kind and where the KL sits are read beside the keys
+    assert set(settings) == set(CONFIG_KEYS.values()) - {"kl_target"} | {"kl_controller", "kl_in_reward"}
     assert set(CONFIG_KEYS.values()) <= set(SETTING_NAMES)
 
 

@@ -76,7 +76,17 @@ DEMO = dict(trainer="rlhflab", kl_coef=0.2, kl_estimator="k1", kl_horizon=256, c
             missing_eos_penalty=1.0, reward_pairs=24000, reward_epochs=2)
 
 
-def table_of(records, rm=RM_HEALTHY, **settings) -> MetricTable:
+def keep_accounts(records: list[dict]) -> list[dict]:
+    """The total reward as a trainer logs it, score - beta x KL, from the trace's own values
+    (after whatever a test changed): only a test of that identity breaks it."""
+    for r in records:
+        if {"reward/total_mean", "reward/proxy_mean", "kl/coef", "kl/mean"} <= r.keys():
+            r["reward/total_mean"] = r["reward/proxy_mean"] - r["kl/coef"] * r["kl/mean"]
+    return records
+
+
+def table_of(records, rm=RM_HEALTHY, accounts=True, **settings) -> MetricTable:
+    records = keep_accounts([dict(r) for r in records]) if accounts else records
     table = MetricTable.from_records(records + rm, source="synthetic")
     table.settings = RunSettings(**settings)
     derive_equivalents(table)  # as every format does: KL per token from KL per sequence and length
@@ -100,9 +110,9 @@ def adaptive_coef(records, target, frozen_from=None, horizon=256):
     """kl/coef of a correct adaptive controller (Ziegler et al. 2019), optionally frozen."""
     coef = 0.2
     for r in records:
+        r["kl/coef"] = coef  # the beta this batch's penalty used, then the controller's step
         if frozen_from is None or r["step"] < frozen_from:
             coef *= 1 + max(-0.2, min(0.2, r["kl/mean"] / target - 1)) * 64 / horizon
-        r["kl/coef"] = coef
     return records
 
 
@@ -586,3 +596,103 @@ def the_clip_range_is_off():
     records = modify(healthy_records(29), 0, policy__clipfrac=lambda k, old: 0.0,
                      policy__approxkl=lambda k, old: 0.02 + 0.001 * (k % 3))
     return Trace(table_of(records), "clip_never_clips", 0, tolerance=0)
+
+
+# --- log identities: each with a firing trace, and healthy traces that keep their accounts -----
+@firing_trace("kl_penalty_mismatch")
+def penalty_a_sequence_length_times_the_kl():
+    """A penalty charged per token with each sequence's whole KL: about 12x beta x KL."""
+    records = keep_accounts(healthy_records(4))
+    for r in records:
+        r["reward/total_mean"] = r["reward/proxy_mean"] - 12 * r["kl/coef"] * r["kl/mean"]
+    return Trace(table_of(records, accounts=False, **DEMO), "kl_penalty_mismatch", 1, tolerance=3,
+                 allowed={"gold_stalled"})
+
+
+@firing_trace("kl_penalty_mismatch")
+def verl_penalty_twice_the_per_token_kl_times_length():
+    """A veRL-style log (per-token KL, mean length, three printed decimals) whose penalty is
+    3x beta x KL: outside the product-of-means factor 2."""
+    records = []
+    for r in healthy_records(5):
+        kl_token = r["kl/mean"] / r["response/length_mean"]
+        records.append({"step": r["step"], "reward/proxy_mean": round(r["reward/proxy_mean"], 3),
+                        "kl/token_mean": round(kl_token, 3), "response/length_mean": round(r["response/length_mean"], 3),
+                        "kl/coef": 0.2, "reward/total_mean": round(r["reward/proxy_mean"] - 3 * 0.2 * r["kl/mean"], 3)})
+    return Trace(table_of(records, rm=[], accounts=False, kl_in_reward=True), "kl_penalty_mismatch", 5, tolerance=6,
+                 allowed={"kl_explosion", "kl_drift_unpenalised"})
+
+
+def test_penalty_identity_holds_on_healthy_exact_rounded_and_product_logs():
+    for seed in range(4):
+        assert "kl_penalty_mismatch" not in fired(table_of(healthy_records(seed), **DEMO))
+    rounded = [{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}
+               for r in keep_accounts(healthy_records(1))]  # a console that prints 3 decimals
+    assert "kl_penalty_mismatch" not in fired(table_of(rounded, accounts=False, **DEMO))
+    # per-token KL x mean length: the product of means, within its factor
+    product = [{"step": r["step"], "reward/proxy_mean": r["reward/proxy_mean"], "kl/coef": 0.2,
+                "kl/token_mean": 1.3 * r["kl/mean"] / r["response/length_mean"], "response/length_mean":
+                r["response/length_mean"], "reward/total_mean": r["reward/proxy_mean"] - 0.2 * r["kl/mean"]}
+               for r in keep_accounts(healthy_records(2))]
+    assert "kl_penalty_mismatch" not in fired(table_of(product, rm=[], accounts=False))
+    # a KL that is a loss term (GRPO, veRL's use_kl_loss) is not in the reward: no identity
+    records = keep_accounts(healthy_records(4))
+    for r in records:
+        r["reward/total_mean"] = r["reward/proxy_mean"]
+    assert "kl_penalty_mismatch" not in fired(table_of(records, accounts=False, kl_in_reward=False))
+
+
+def test_penalty_identity_says_how_many_times_the_kl_the_penalty_is():
+    finding = next(f for f in diagnose(penalty_a_sequence_length_times_the_kl().table).findings
+                   if f.rule == "kl_penalty_mismatch")
+    assert finding.evidence[0].observed["times_the_kl"] == pytest.approx(12, rel=1e-6)
+    assert "12x" in finding.title and finding.causes[0].component == "kl_control"
+
+
+@firing_trace("first_ratio_not_one")
+def first_ratio_off():
+    records = healthy_records(6)
+    for r in records:
+        r["policy/ratio_first"] = 1.0 + 0.02 * (1 + r["step"] % 3)  # old logprobs of another forward
+    return Trace(table_of(records, **DEMO), "first_ratio_not_one", 0, tolerance=0)
+
+
+def test_first_ratio_identity_holds_at_float_rounding_and_reads_single_step_runs():
+    records = healthy_records(6)
+    for r in records:
+        r["policy/ratio_first"] = 1.0 + random.Random(r["step"]).choice([-1, 1]) * 2e-6  # fp32's last bits
+    assert "first_ratio_not_one" not in fired(table_of(records, **DEMO))
+    # one epoch of one minibatch: the logged ratio is the first minibatch's
+    off = modify(healthy_records(6), 0, policy__ratio_mean=lambda k, old: 1.03)
+    assert "first_ratio_not_one" in fired(table_of(off, **(DEMO | {"epochs": 1, "minibatches": 1})))
+    assert "first_ratio_not_one" not in fired(table_of(off, **(DEMO | {"epochs": 2, "minibatches": 4})))
+
+
+@firing_trace("kl_coef_not_configured")
+def beta_drifting_under_a_fixed_controller():
+    records = healthy_records(7)
+    for r in records:
+        r["kl/coef"] = 0.2 * (1 + 0.001 * r["step"])  # an adaptive controller built for a fixed beta
+    return Trace(table_of(records, **(DEMO | {"kl_controller": "fixed"})), "kl_coef_not_configured", 1, tolerance=0)
+
+
+@firing_trace("kl_coef_not_configured")
+def beta_not_the_configured_one():
+    records = modify(healthy_records(7), 0, kl__coef=lambda k, old: 0.05)  # the setting ignored, a default used
+    return Trace(table_of(records, **DEMO), "kl_coef_not_configured", 0, tolerance=0)
+
+
+def test_beta_identity_lets_an_adaptive_controller_move_after_its_first_step():
+    records = adaptive_coef(healthy_records(0), 6.0)
+    assert "kl_coef_not_configured" not in fired(table_of(records, **(DEMO | {"kl_controller": "adaptive"}),
+                                                          kl_target=6.0))
+    assert "kl_coef_not_configured" not in fired(table_of(healthy_records(0), **(DEMO | {"kl_controller": "fixed"})))
+
+
+def test_negative_kl_within_its_noise_is_chance_and_beyond_it_is_a_finding():
+    rng = random.Random(0)
+    near_zero = [dict(r, **{"kl/mean": rng.gauss(0.0, 0.05)}) for r in healthy_records(8)]  # beta huge: KL ~ 0
+    assert "kl_negative" not in fired(table_of(near_zero))
+    below = [dict(r, **{"kl/mean": rng.gauss(-0.2, 0.05)}) for r in healthy_records(8)]
+    finding = next(f for f in diagnose(table_of(below)).findings if f.rule == "kl_negative")
+    assert finding.severity == "medium"  # below its noise, above -1 nat

@@ -95,3 +95,23 @@ def probe_gae_matches_naive_loop(ctx: ProbeContext) -> ProbeResult:
             worst = max(worst, abs(running - float(advantages[b, t])))
     return within("gae_matches_naive_loop", "advantages_values", worst, 1e-4,
                   "max |gae() - a per-token reference loop| on random rewards and values")
+
+
+def probe_advantages_follow_their_samples(ctx: ProbeContext) -> ProbeResult:
+    """Under the update's minibatch shuffle, every row the losses get carries the advantages
+    and returns computed for that row's own sample: each row given to the policy loss is
+    found in the rollout by its old logprobs, and the advantages given with it (and the
+    returns given to the value loss of the same minibatch) must be that sample's."""
+    trace = ctx.iteration()
+    rollout, adv = trace.rollout, trace.advantages
+    known = rollout.logprobs.masked_fill(~rollout.mask, 0.0)
+    worst = 0.0
+    for policy_call, value_call in zip(trace.policy_calls, trace.value_calls):
+        given = policy_call.old_logprobs.masked_fill(~policy_call.mask, 0.0)
+        rows = (given[:, None, :] - known[None, :, :]).abs().amax(-1).argmin(1)  # (b,) the sample of each row
+        mask = policy_call.mask
+        for received, computed in ((policy_call.advantages, adv.advantages), (value_call.returns, adv.returns)):
+            worst = max(worst, float((received - computed[rows])[mask].abs().max()))
+    return within("advantages_follow_their_samples", "advantages_values", worst, 1e-6,
+                  f"max |advantage or return given to a loss - the one computed for that row's sample| over the "
+                  f"update's {len(trace.policy_calls)} minibatches")

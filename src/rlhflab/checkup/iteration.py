@@ -23,6 +23,7 @@ class MinibatchCall:
     """One call of the policy loss during the update, in the order the trainer made them."""
 
     old_logprobs: Tensor  # (b, T) what the trainer passed as the rollout's logprobs, detached
+    advantages: Tensor  # (b, T) the advantages it passed, detached
     mask: Tensor  # (b, T)
     ratio_mean: float
     approxkl: float
@@ -32,6 +33,7 @@ class MinibatchCall:
 
 @dataclass(frozen=True)
 class ValueCall:
+    returns: Tensor  # (b, T) the returns the trainer passed, detached
     targets_require_grad: bool  # returns or old values passed with a gradient path
     target_gradient: float  # |d loss / d (returns, old values)| when both are made leaves
 
@@ -75,9 +77,9 @@ def _policy_recorder(loss_fn, calls: list[MinibatchCall]):
         loss, stats = loss_fn(logprobs, old_logprobs, advantages, mask, clip_eps)
         leak = _target_gradient(lambda cur, old, adv: loss_fn(cur, old, adv, mask, clip_eps),
                                 logprobs, (old_logprobs, advantages))
-        calls.append(MinibatchCall(old_logprobs.detach().clone(), mask.clone(), float(stats.ratio_mean),
-                                   float(stats.approxkl), old_logprobs.requires_grad or advantages.requires_grad,
-                                   leak))
+        calls.append(MinibatchCall(old_logprobs.detach().clone(), advantages.detach().clone(), mask.clone(),
+                                   float(stats.ratio_mean), float(stats.approxkl),
+                                   old_logprobs.requires_grad or advantages.requires_grad, leak))
         return loss, stats
     return recorded
 
@@ -87,7 +89,7 @@ def _value_recorder(loss_fn, calls: list[ValueCall]):
         # The leaf test keeps the order of the real call: (returns, old values) as targets.
         leak = _target_gradient(lambda cur, ret, old: loss_fn(cur, old, ret, mask, clip_eps),
                                 values, (returns, old_values))
-        calls.append(ValueCall(returns.requires_grad or old_values.requires_grad, leak))
+        calls.append(ValueCall(returns.detach().clone(), returns.requires_grad or old_values.requires_grad, leak))
         return loss_fn(values, old_values, returns, mask, clip_eps)
     return recorded
 

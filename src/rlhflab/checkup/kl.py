@@ -1,13 +1,17 @@
 """Probes of KL control: the penalty lowers the reward of tokens the policy moved toward
-(a penalty, not a bonus), and an adaptive controller raises beta when the KL is above its
-target and lowers it when below (Ziegler et al. 2019, sec. 2.2)."""
+(a penalty, not a bonus) and, once the policy has moved, is beta times the KL to the
+starting model token by token (Ziegler et al. 2019 eq. 2); an adaptive controller raises
+beta when the KL is above its target and lowers it when below (sec. 2.2)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
+
 from rlhflab.checkup.context import ProbeContext
-from rlhflab.checkup.results import ProbeResult, within
+from rlhflab.checkup.results import FORWARD_TOLERANCES, ProbeResult, ProbeSkipped, within
+from rlhflab.ppo.kl import kl_estimate
 
 PROBE_BETA = 0.1  # any positive beta: the sign of the reward's change is what is probed
 
@@ -45,3 +49,32 @@ def probe_kl_controller_moves_toward_target(ctx: ProbeContext) -> ProbeResult:
     return within("kl_controller_moves_toward_target", "kl_control", wrong, 0,
                   f"wrong-way moves of an adaptive beta (target {target:g}): at twice the target it moved by "
                   f"{above:+.3g}, at half by {below:+.3g}")
+
+
+# Below this largest per-token KL the policy has not moved from the starting model, and a
+# penalty of any size would read as 0.
+MIN_MOVED_KL = 1e-3
+
+
+def probe_kl_penalty_is_beta_times_the_kl(ctx: ProbeContext) -> ProbeResult:
+    """In the moved state: the configured reward shaping, given the rollout's recorded
+    logprobs and reference logprobs (and no score), charges each token -beta x the
+    configured estimator of its KL to the starting model, loaded afresh (a second path to the
+    reference). A penalty N times too large, a sequence's KL put on each of its tokens, or a
+    reference that follows the policy shows here; at the start the KL is 0 and would hide them."""
+    rollout, c, cfg = ctx.rollout(), ctx.state.components, ctx.config.ppo
+    mask = rollout.mask
+    expected_kl = torch.where(mask, kl_estimate(rollout.logprobs, ctx.starting_logprobs(), cfg.kl_estimator), 0.0)
+    if float(expected_kl.abs().max()) < MIN_MOVED_KL:
+        raise ProbeSkipped(f"the policy has not moved from the starting model (largest per-token KL "
+                           f"{float(expected_kl.abs().max()):.2g} < {MIN_MOVED_KL:g})")
+    beta = ctx.state.controller.value or PROBE_BETA  # beta = 0 is a setting: the shaping is still probed
+    penalty, _ = c.shape_rewards(torch.zeros_like(rollout.scores), rollout.logprobs, rollout.ref_logprobs, mask,
+                                 beta, cfg.kl_estimator)
+    expected = -beta * expected_kl
+    gap = float((penalty - expected)[mask].abs().max())
+    ratio = float(penalty[mask].sum() / expected[mask].sum()) if float(expected[mask].sum()) else float("nan")
+    limit = beta * FORWARD_TOLERANCES["kl_zero_before_update"][ctx.dtype] + 1e-6
+    return within("kl_penalty_is_beta_times_the_kl", "kl_control", gap, limit,
+                  f"max |per-token penalty - (-beta x {cfg.kl_estimator} KL to the starting model)| with beta = "
+                  f"{beta:g} (the penalty is {ratio:.3g}x the KL's)")

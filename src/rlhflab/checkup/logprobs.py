@@ -100,3 +100,15 @@ def probe_reference_deterministic(ctx: ProbeContext) -> ProbeResult:
     gap = float((twice[0] - twice[1])[rollout.mask].abs().max())
     return forward_within("reference_deterministic", "kl_control", gap, ctx.dtype,
                           "max |reference logprob, first call - second call| on the rollout")
+
+
+def probe_reference_is_the_starting_model(ctx: ProbeContext) -> ProbeResult:
+    """In the moved state: the reference logprobs the rollout recorded are those of the
+    starting model loaded afresh from its directory. At the start the policy is that model
+    too, so a reference that follows the policy would pass there; here it cannot."""
+    rollout = ctx.rollout()
+    gap = float((rollout.ref_logprobs - ctx.starting_logprobs())[rollout.mask].abs().max())
+    moved = float((rollout.logprobs - ctx.starting_logprobs())[rollout.mask].abs().max())
+    return forward_within("reference_is_the_starting_model", "kl_control", gap, ctx.dtype,
+                          f"max |the rollout's reference logprob - the starting model's, loaded again| (the policy's "
+                          f"differ from the starting model's by up to {moved:.3g} here)")

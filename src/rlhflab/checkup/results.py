@@ -18,6 +18,7 @@ class ProbeResult:
     measured: float
     tolerance: str
     detail: str
+    state: str = "start"  # the state it ran in (`states.py`)
 
 
 class ProbeSkipped(Exception):
@@ -47,6 +48,7 @@ FORWARD_TOLERANCES: dict[str, dict[torch.dtype, float]] = {
     "kl_zero_before_update": {torch.float32: 1e-4, torch.bfloat16: 1e-4},
     "first_ratio_is_one": {torch.float32: 1e-5, torch.bfloat16: 1e-5},
     "reference_deterministic": {torch.float32: 1e-5, torch.bfloat16: 1e-5},
+    "reference_is_the_starting_model": {torch.float32: 1e-5, torch.bfloat16: 1e-5},  # one forward path, one model
     "old_logprobs_are_the_rollouts": {torch.float32: 1e-6, torch.bfloat16: 1e-6},  # copies: exact in both
     "sampled_logprobs_match_training_forward": {torch.float32: 1e-4, torch.bfloat16: 0.25},
     "logprob_padding_invariance": {torch.float32: 1e-4, torch.bfloat16: 0.05},

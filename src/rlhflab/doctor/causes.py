@@ -138,6 +138,17 @@ def inverted_controller(table: MetricTable) -> Cause:
                      "a fixed coefficient until the controller is fixed"))
 
 
+def penalty_accounting(table: MetricTable) -> Cause:
+    return Cause("kl_control", "the KL penalty in the reward is not beta x the KL the log shows: the shaping scales it "
+                               "(per sequence on every token, beta applied twice), or takes the KL of another model",
+                 None)
+
+
+def coefficient_ignored(table: MetricTable) -> Cause:
+    return Cause("kl_control", "the trainer's KL coefficient is not the configured one: the setting is ignored, or a "
+                               "controller that should be fixed moves it", None)
+
+
 # --- clues in the run's settings --------------------------------------------------------
 def kl_penalty_off(table: MetricTable) -> bool:
     """Whether the run has no KL penalty: a coefficient of 0 (from the settings, else the
@@ -189,7 +200,8 @@ class CheckupVerdict:
     """What a run's checkup says about components (RUN/checkup.json, written by
     rlhflab/checkup/): its failed probes, each with how specific its failure is (0: fails
     with many bugs ... 3: points at one function), and the components it cleared (every
-    conclusive probe of theirs ran and passed, so they go to the back of the ranking)."""
+    probe that clears them ran in a state where it can see their faults and passed, so
+    they go to the back of the ranking)."""
 
     failed: dict[str, Component] = field(default_factory=dict)  # probe -> its component
     cleared: frozenset[Component] = frozenset()
@@ -203,8 +215,11 @@ class CheckupVerdict:
         """From checkup.json's probe records (`name`, `component`, `passed`, `specificity`)
         and its `cleared` components."""
         failed = [p for p in probes if not p["passed"]]
-        return CheckupVerdict({p["name"]: p["component"] for p in failed},
-                              frozenset(cleared) - {p["component"] for p in failed}, {p["name"]: p for p in failed})
+        first_failure: dict[str, dict] = {}
+        for p in failed:  # a probe run in two states that failed in both: its first failure speaks
+            first_failure.setdefault(p["name"], p)
+        return CheckupVerdict({name: p["component"] for name, p in first_failure.items()},
+                              frozenset(cleared) - {p["component"] for p in failed}, first_failure)
 
 
 def _promote(causes: list[Cause], promoted: Cause) -> list[Cause]:

@@ -78,8 +78,9 @@ def checkup_findings(table: MetricTable, checkup: CheckupVerdict | None) -> list
     evidence = []
     for probe in checkup.failed:
         record = checkup.records.get(probe, {})
+        state = f" (in the {record['state']} state)" if record.get("state") else ""
         evidence.append(Evidence(f"checkup/{probe}", 0, {"measured": record.get("measured", float("nan"))},
-                                 f"{record.get('detail', probe)} {record.get('tolerance', '')}".strip(),
+                                 f"{record.get('detail', probe)} {record.get('tolerance', '')}".strip() + state,
                                  "rlhflab checkup (rlhflab/checkup/)"))
     title = f"checkup: {len(evidence)} probe(s) failed ({', '.join(checkup.failed)})"
     return [Finding(CHECKUP_RULE, "component_bug", "high", title, 0, tuple(evidence),

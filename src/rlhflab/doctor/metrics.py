@@ -29,7 +29,7 @@ OTHER_TRAINERS_METRICS: dict[str, Unit] = {
 EXTRA_METRICS: dict[str, Unit] = {
     "reward/score_mean": "value", "reward/length_corr": "value", "response/identical_frac": "fraction",
     "prompts/unique_frac": "fraction", "time/score_s": "seconds", "time/advantages_s": "seconds",
-    "guard/skipped_updates": "count", "epoch": "value",
+    "guard/skipped_updates": "count", "epoch": "value", "policy/ratio_first": "value",
 }
 REWARD_METRICS: dict[str, Unit] = {
     "rm/train_loss": "value", "rm/train_acc": "fraction", "rm/val_acc": "fraction",

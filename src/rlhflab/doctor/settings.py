@@ -24,6 +24,11 @@ class RunSettings:
     """Target per-sequence KL of an adaptive controller (Ziegler et al. 2019); None = fixed beta."""
     kl_horizon: Optional[int] = None
     """Horizon of the adaptive controller, in episodes."""
+    kl_controller: Optional[str] = None
+    """"fixed" or "adaptive", where the log's configuration says which (None: not told)."""
+    kl_in_reward: Optional[bool] = None
+    """Whether the KL penalty is in the reward (PPO, Ziegler et al. 2019) rather than a loss
+    term (GRPO's, veRL's `use_kl_loss`); None where the log does not tell."""
     clip_eps: Optional[float] = None
     """Policy ratio clip range."""
     value_clip_eps: Optional[float] = None
@@ -34,6 +39,10 @@ class RunSettings:
     """Weight of the entropy bonus in the loss."""
     batch_size: Optional[int] = None
     """Responses per update batch."""
+    epochs: Optional[int] = None
+    """Passes of the update over each rollout batch."""
+    minibatches: Optional[int] = None
+    """Optimiser steps per pass (1 with one epoch: the logged ratio is the first minibatch's)."""
     group_size: Optional[int] = None
     """Responses per prompt (GRPO/RLOO groups)."""
     response_length: Optional[int] = None

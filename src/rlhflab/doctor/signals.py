@@ -108,3 +108,17 @@ def early_level(values: Sequence[float], width: int) -> float | None:
     if len(values) < 2 * width:
         return None
     return max(statistics.median(values[width:2 * width]), noise_sigma(values))
+
+
+def resolution(values: Sequence[float]) -> float:
+    """Half a unit of the last decimal the log kept for this series (a value printed as
+    0.123 is known to 5e-4); 0 for a constant series, taken at its value, and for values
+    written with every digit (a float written by `json`), whose rounding is float32's."""
+    if len(set(values)) <= 1:
+        return 0.0
+    decimals = 0
+    for value in values:
+        mantissa, _, exponent = repr(float(value)).partition("e")
+        digits = len(mantissa.partition(".")[2].rstrip("0"))
+        decimals = max(decimals, digits - int(exponent or 0))
+    return 0.0 if decimals >= 15 else 0.5 * 10.0 ** -decimals

@@ -60,6 +60,7 @@ class MetricTable:
     settings: RunSettings = field(default_factory=RunSettings)
     evaluation: list[str] = field(default_factory=list)  # `eval/...` series: evaluation rows, kept apart
     estimators: dict[str, str] = field(default_factory=dict)  # KL metric -> its estimator (k1, k2, k3)
+    derived: dict[str, str] = field(default_factory=dict)  # metric -> the logged twin it was derived from
     format: str = ""  # the container that was read
     vocabulary: dict[str, str] = field(default_factory=dict)  # RunSettings field -> the trainer's key
     verifiable: bool = False  # `rlhflab verify` can rerun the run
@@ -200,9 +201,11 @@ def derive_equivalents(table: MetricTable) -> None:
         if seq is None and tok is not None:
             table.series[per_sequence] = per_step(tok, length, lambda v, n: v * n)
             source, target = per_token, per_sequence
+            table.derived[per_sequence] = per_token
         elif tok is None and seq is not None:
             table.series[per_token] = per_step(seq, length, lambda v, n: v / n)
             source, target = per_sequence, per_token
+            table.derived[per_token] = per_sequence
         else:
             continue
         if source in table.estimators:

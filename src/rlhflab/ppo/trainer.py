@@ -113,11 +113,14 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
         }
         step_metrics = cluster.sum({k: v * share / cluster.world for k, v in token_means.items()})
         step_metrics["policy/grad_norm"] = float(grad_norm)
+        if n == 0:  # before any step: 1 by construction (the doctor checks it in the log)
+            first_ratio = step_metrics["policy/ratio_mean"]
         for key, value in step_metrics.items():
             totals[key] = totals.get(key, 0.0) + value
         ratio_max = max(ratio_max, cluster.max(float(pg.ratio_max)))
         n += 1
     return {key: value / n for key, value in totals.items()} | {"policy/ratio_max": ratio_max,
+                                                                 "policy/ratio_first": first_ratio,
                                                                  "guard/skipped_updates": float(skipped)}
 
 
@@ -151,7 +154,6 @@ def ppo_iteration(state: PPOState, prompts: list[str], generator: torch.Generato
 def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[str, float]:
     """Reward, KL, advantage and response statistics of one rollout batch (before the update)."""
     mask = rollout.mask
-    kl_sum = (adv.kl * mask).sum(1)  # (B,) per-sequence KL with the penalty's estimator
     log_ratio = (rollout.logprobs - rollout.ref_logprobs) * mask
     k1 = log_ratio.sum(1)
     k3 = (kl_estimate(rollout.logprobs, rollout.ref_logprobs, "k3") * mask).sum(1)
@@ -162,7 +164,8 @@ def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[s
         "reward/proxy_mean": float(rollout.proxy.mean()),
         "reward/proxy_std": float(rollout.proxy.std()),
         "reward/score_mean": float(rollout.scores.mean()),
-        "reward/total_mean": float((rollout.scores - kl_coef * kl_sum).mean()),
+        # What the advantages were computed from: the shaped per-token rewards, summed.
+        "reward/total_mean": float((adv.rewards * mask).sum(1).mean()),
         "kl/mean": float(k1.mean()),
         "kl/k3_mean": float(k3.mean()),
         "kl/coef": kl_coef,

@@ -20,6 +20,7 @@ CONFIG_KEYS = {
     "ppo.kl_horizon": "kl_horizon", "ppo.clip_eps": "clip_eps", "ppo.value_clip_eps": "value_clip_eps",
     "ppo.lr": "lr", "ppo.entropy_coef": "entropy_coef", "ppo.batch_size": "batch_size",
     "ppo.response_length": "response_length", "ppo.normalize_reward": "normalize_reward",
+    "ppo.epochs": "epochs", "ppo.minibatches": "minibatches",
     "ppo.missing_eos_penalty": "missing_eos_penalty", "reward.pairs": "reward_pairs", "reward.epochs": "reward_epochs",
 }
 # Stage 1 and 2 metrics files share the run's table; their own names only (their steps
@@ -36,6 +37,9 @@ def settings_from_config(config: dict[str, Any]) -> dict[str, Any]:
         value = config.get(section, {}).get(name)
         if value is not None:
             settings[setting] = value
+    if "ppo" in config:  # config.toml writes every default: no target there is a fixed beta
+        settings["kl_controller"] = "fixed" if config["ppo"].get("kl_target") is None else "adaptive"
+        settings["kl_in_reward"] = True
     return settings
 
 

@@ -62,9 +62,14 @@ PPO_VOCABULARY = {
 
 
 def _ppo_artefacts(table: MetricTable, names: frozenset[str]) -> None:
-    """`objective/entropy` goes negative in TRL's PPO: padding logprobs are filled with 1.0
+    """The KL penalty of TRL's PPO is in the reward, and from 0.11 on its beta is fixed
+    (`PPOConfig.kl_coef`; the adaptive controller went with the `step()` API).
+    `objective/entropy` goes negative in TRL's PPO: padding logprobs are filled with 1.0
     before the per-sequence sum, so each padding token adds -1. Not an entropy: dropped
     when it was the only entropy read, and said."""
+    new_names = any(name.removeprefix("train/") == "objective/rlhf_reward" for name in names)
+    fixed = {"kl_controller": "fixed"} if new_names and table.settings.kl_controller is None else {}
+    table.settings = replace(table.settings, kl_in_reward=True, **fixed)
     entropy = table.series.get("policy/entropy")
     if "objective/entropy" in names and "policy/entropy_avg" not in names and entropy is not None:
         if min(entropy.values, default=0.0) < 0:
@@ -169,6 +174,7 @@ def _grpo_interpret(table: MetricTable, names: frozenset[str]) -> None:
     log without it had no KL penalty; `clip_ratio/*` is exactly 0 when each batch is
     trained on once (the ratio is 1, nothing to clip), which is not a clue of anything;
     each reward function's mean (`rewards/<function>/mean`) is kept beside the total."""
+    table.settings = replace(table.settings, kl_in_reward=False)  # GRPO's and RLOO's KL is a loss term
     if not any(name.removeprefix("train/") == "kl" for name in names) and table.settings.kl_coef is None:
         table.settings = replace(table.settings, kl_coef=0.0)
         table.notes.append("no kl logged: TRL's GRPO/RLOO log kl only when beta != 0, so this run had no KL "

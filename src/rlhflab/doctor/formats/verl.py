@@ -80,10 +80,12 @@ def _interpret(table: MetricTable, names: frozenset[str]) -> None:
     `actor.kl_loss_coef`, not the in-reward controller's coefficient; the first logged
     coefficient is the run's beta."""
     if "actor/kl_loss" in names and not {"critic/kl", "actor/reward_kl_penalty"} & names:
+        table.settings = replace(table.settings, kl_in_reward=False)
         table.vocabulary.update(KL_LOSS_VOCABULARY)
         table.notes.append("KL to the reference is a loss term here (actor/kl_loss; k3 assumed, veRL's default "
                            "kl_loss_type low_var_kl)")
     elif {"critic/kl", "actor/reward_kl_penalty"} & names:
+        table.settings = replace(table.settings, kl_in_reward=True)
         table.notes.append("KL to the reference is in the reward (k1 assumed, veRL's default algorithm.kl_penalty)")
     coef = table.get("kl/coef")
     if coef is not None and table.settings.kl_coef is None:
@@ -163,8 +165,11 @@ def settings_from_config(config: dict) -> dict[str, Any]:
     }
     kinds = {"kl_coef": float, "clip_eps": float, "entropy_coef": float, "lr": float, "response_length": int,
              "batch_size": int, "group_size": int}
-    return {k: kinds[k](v) for k, v in settings.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    read = {k: kinds[k](v) for k, v in settings.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    controller = get("algorithm", "kl_ctrl", "type")  # `fixed` or `adaptive` (veRL's core_algos.get_kl_controller)
+    if controller in ("fixed", "adaptive") and not get("actor_rollout_ref", "actor", "use_kl_loss"):
+        read["kl_controller"] = controller
+    return read
 
 
 def _read_console(path: Path, mapping: UserMapping) -> RawLog:

@@ -9,9 +9,19 @@ from dataclasses import dataclass
 
 from rlhflab.doctor import causes
 from rlhflab.doctor.findings import Evidence, Severity
-from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule, unless_gold_rises
+from rlhflab.doctor.rules.registry import Detection, Threshold, evidence, persistence, rule, unless_gold_rises
 from rlhflab.doctor.rules.update import LARGE_FIRST_UPDATE, LARGE_UPDATES, UNSCALED_REWARDS
-from rlhflab.doctor.signals import early_level, first_where, rolling_median, slope, smooth, sustained, window
+from rlhflab.doctor.signals import (
+    early_level,
+    first_where,
+    noise_sigma,
+    resolution,
+    rolling_median,
+    slope,
+    smooth,
+    sustained,
+    window,
+)
 from rlhflab.doctor.table import MetricTable, Series, aligned
 
 KL_TOKEN_LIMIT = Threshold(
@@ -45,8 +55,8 @@ KL_HIGH_FACTOR = Threshold(
                            "medium below")
 KL_NEGATIVE_LIMIT = Threshold(
     "KL_NEGATIVE_LIMIT", -1.0,
-    "E_pi[log pi - log ref] = KL >= 0 when tokens are sampled from pi (Schulman 2020, k1); TRL logging docs: "
-    "objective/kl should stay positive")
+    "nats: severity high below it. E_pi[log pi - log ref] = KL >= 0 when tokens are sampled from pi (Schulman 2020, "
+    "k1); TRL logging docs: objective/kl should stay positive")
 CONTROLLER_DEADBAND = Threshold(
     "CONTROLLER_DEADBAND", 0.2,
     "Ziegler et al. 2019 sec. 2.2: beta *= 1 + clip(KL/target - 1, +-0.2) * n/horizon; a relative error above "
@@ -181,14 +191,35 @@ def kl_drift_unpenalised(table: MetricTable) -> Detection | None:
     return unless_gold_rises(table, found, "an unpenalised run may drift while it learns the task")
 
 
-@rule("kl_negative", "exploding_kl", requires=("kl/mean",), thresholds=(KL_NEGATIVE_LIMIT,),
+KL_NEGATIVE_SIGMAS = Threshold(
+    "KL_NEGATIVE_SIGMAS", 3.0,
+    "a batch mean of k1 = log pi - log ref over samples drawn from pi estimates KL(pi || ref) >= 0 (Schulman 2020); "
+    "it dips below 0 by chance only by its sampling noise, which the series' own step-to-step noise bounds "
+    "(noise_sigma: second differences, free of the trend); smoothed over w steps that noise is sigma / sqrt(w), and "
+    "3 of them below 0 (p = 0.0013 for one window) for half a window of smoothed points in a row is not chance")
+
+
+@rule("kl_negative", "exploding_kl", requires=("kl/mean",), thresholds=(KL_NEGATIVE_SIGMAS, KL_NEGATIVE_LIMIT),
       causes=(causes.logprob_bookkeeping, causes.kl_control, causes.advantages_values))
 def kl_negative(table: MetricTable) -> Detection | None:
-    """A sampled estimate of KL(pi || ref) that stays negative: the logprobs are not of the sampler."""
-    limit = KL_NEGATIVE_LIMIT.value
-    return crossing(table, "kl/mean", lambda v: v < limit,
-                    lambda kl: f"negative KL: kl/mean fell to {min(kl.values):.2f} nats",
-                    f"smoothed kl/mean < {limit} nats", KL_NEGATIVE_LIMIT.source, "high")
+    """A sampled estimate of KL(pi || ref) that stays below 0 beyond its own noise (3 sigma of
+    its smoothed level, plus the log's rounding): the logprobs are not of the sampler. High
+    below -1 nat, medium above."""
+    kl = table.get("kl/mean")
+    n = len(kl)
+    w = window(n)
+    tolerance = KL_NEGATIVE_SIGMAS.value * noise_sigma(kl.values) / math.sqrt(w) + resolution(kl.values)
+    s = smooth(kl.values, w)
+    onset = first_where(s, lambda v: v < -tolerance, persistence(n))
+    if onset is None:
+        return None
+    lowest = min(s[onset:])
+    severity: Severity = "high" if lowest < KL_NEGATIVE_LIMIT.value else "medium"
+    return Detection(f"negative KL: kl/mean fell to {min(kl.values):.3g} nats, below its noise", severity,
+                     kl.steps[onset], (evidence("kl/mean", kl, onset,
+                                                f"smoothed kl/mean < -{tolerance:.3g} nats (3 sigma of its smoothed "
+                                                f"noise) for {persistence(n)} steps in a row", KL_NEGATIVE_SIGMAS.source,
+                                                tolerance=tolerance),))
 
 
 CONTROLLER_CORRELATION = Threshold(
