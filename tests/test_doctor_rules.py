@@ -5,6 +5,7 @@ import math
 import random
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -696,3 +697,19 @@ def test_negative_kl_within_its_noise_is_chance_and_beyond_it_is_a_finding():
     below = [dict(r, **{"kl/mean": rng.gauss(-0.2, 0.05)}) for r in healthy_records(8)]
     finding = next(f for f in diagnose(table_of(below)).findings if f.rule == "kl_negative")
     assert finding.severity == "medium"  # below its noise, above -1 nat
+
+
+REAL_VERL = Path(__file__).resolve().parents[2] / "shared" / "real_logs" / "verl_ppo_qwen2.5-0.5b_gsm8k_resp256.log"
+
+
+@pytest.mark.skipif(not REAL_VERL.is_file(), reason="../shared/real_logs is not present")
+def test_the_real_verl_penalty_is_beta_x_kl_x_length_within_the_product_of_means_bound():
+    from rlhflab.doctor.diagnose import read_and_diagnose
+    from rlhflab.doctor.rules.identities import PRODUCT_OF_MEANS, penalty_terms
+
+    table, diagnosis = read_and_diagnose(REAL_VERL)
+    terms = penalty_terms(table)
+    assert not terms.exact and "kl_penalty_mismatch" not in {f.rule for f in diagnosis.findings}
+    ratios = [terms.penalty[s] / (terms.beta[s] * terms.kl[s]) for s in terms.penalty.keys() & terms.kl.keys()
+              if terms.beta[s] * terms.kl[s] > 0.005]
+    assert len(ratios) > 400 and 1 / PRODUCT_OF_MEANS.value < min(ratios) and max(ratios) < PRODUCT_OF_MEANS.value

@@ -535,12 +535,15 @@ def checkup(
     with _input_errors():
         found = run_checkup(config, RunDir(run), components_for(config), trainer=not own)
     table = Table(title=f"checkup: {run}")
-    for column in ("probe", "component", "result", "measured", "tolerance", "what"):
+    for column in ("probe", "state", "component", "result", "measured", "tolerance", "what"):
         table.add_column(column)
     for r in found.results:
-        table.add_row(r.name, r.component, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]",
+        table.add_row(r.name, r.state, r.component, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]",
                       f"{r.measured:.3g}", r.tolerance, r.detail)
     console.print(table)
+    for state, how in found.states.items():
+        console.print(f"state {state}: {how}")
+    console.print(f"cleared: {', '.join(found.cleared) or 'none'}")
     for name, why in found.skipped.items():
         console.print(f"not run: {name}: {why}")
     for s in found.warnings:
