@@ -228,6 +228,30 @@ def sample_two_tokens(model, prompt_ids, prompt_mask, max_new_tokens, temperatur
     return sample_responses(model, prompt_ids, prompt_mask, 2, temperature, -1, pad_id, generator)
 
 
+def sample_then_rewrite_the_last_token(model, prompt_ids, prompt_mask, max_new_tokens, temperature, eos_id, pad_id,
+                                       generator):
+    """Each response's last token replaced after it was drawn (a post-processing step)."""
+    from rlhflab.models.sampling import Samples
+
+    s = sample_responses(model, prompt_ids, prompt_mask, max_new_tokens, temperature, eos_id, pad_id, generator)
+    last = s.mask.long().cumsum(1).argmax(1)
+    ids = s.response_ids.clone()
+    rows = torch.arange(len(last))
+    ids[rows, last] = (ids[rows, last] + 1) % model.config.vocab_size
+    return Samples(ids, s.mask, s.logprobs, s.has_eos)
+
+
+def first_minibatch_every_time(batch, minibatches, epochs, generator):
+    """One permutation's first minibatch, taken for every step of every epoch."""
+    order = torch.randperm(batch, generator=generator)
+    return [order[: batch // minibatches] for _ in range(minibatches * epochs)]
+
+
+def scores_whitened_per_batch(raw, mean, std, normalize):
+    """Standardised with the batch's own statistics instead of the reward model's."""
+    return (raw - raw.mean()) / raw.std()
+
+
 def four_prompts(source, n, seed):
     return source.prompts(4, seed) * (n // 4)
 
@@ -294,6 +318,8 @@ BROKEN = [
     (reward.probe_reward_padding_invariance, broken(score=score_at_mask_count)),
     (reward.probe_reward_padding_side_invariance, broken(score=score_at_mask_count)),
     (reward.probe_reward_normalised, broken(reward_transform=scores_not_standardised)),
+    (reward.probe_scores_standardised_with_the_models_statistics, broken(reward_transform=scores_whitened_per_batch)),
+    (credit.probe_every_epoch_visits_every_sample_once, broken(minibatch_schedule=first_minibatch_every_time)),
     (data.probe_responses_end, broken(sample=sample_two_tokens)),
     (data.probe_prompts_distinct, broken(prompts=four_prompts)),
 ]
@@ -514,3 +540,10 @@ def test_forward_probes_still_fail_on_their_broken_implementations_under_bf16(sm
 
     monkeypatch.setattr(precision, "BF16_DEVICES", ("cpu", "cuda"))
     assert not probe(context(smoke_run, components)).passed
+
+
+def test_a_token_written_after_sampling_is_blamed_on_the_sampler_not_the_forward(smoke_run):
+    rewritten = logprobs.probe_sampled_logprobs_match(context(smoke_run, broken(sample=sample_then_rewrite_the_last_token)))
+    assert not rewritten.passed and rewritten.component == "sampling", rewritten
+    forward = logprobs.probe_sampled_logprobs_match(context(smoke_run, broken(response_logits=logits_with_a_bias)))
+    assert not forward.passed and forward.component == "logprob_bookkeeping"

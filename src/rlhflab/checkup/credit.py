@@ -115,3 +115,23 @@ def probe_advantages_follow_their_samples(ctx: ProbeContext) -> ProbeResult:
     return within("advantages_follow_their_samples", "advantages_values", worst, 1e-6,
                   f"max |advantage or return given to a loss - the one computed for that row's sample| over the "
                   f"update's {len(trace.policy_calls)} minibatches")
+
+
+def probe_every_epoch_visits_every_sample_once(ctx: ProbeContext) -> ProbeResult:
+    """The update's schedule (Schulman et al. 2017, alg. 1: K epochs, each a pass over the
+    batch in minibatches): every run of `minibatches` consecutive policy-loss calls covers
+    each sample of the rollout exactly once. Samples are found by their old logprobs."""
+    trace, cfg = ctx.iteration(), ctx.config.ppo
+    known = trace.rollout.logprobs.masked_fill(~trace.rollout.mask, 0.0)
+    batch = known.shape[0]
+    seen = []
+    for call in trace.policy_calls:
+        given = call.old_logprobs.masked_fill(~call.mask, 0.0)
+        seen.append((given[:, None, :] - known[None, :, :]).abs().amax(-1).argmin(1))
+    wrong = 0
+    for epoch in range(0, len(seen), cfg.minibatches):
+        counts = torch.bincount(torch.cat(seen[epoch : epoch + cfg.minibatches]), minlength=batch)
+        wrong += int((counts != 1).sum())
+    return within("every_epoch_visits_every_sample_once", "ppo_hyperparameters", wrong, 0,
+                  f"samples not visited exactly once in an epoch, summed over the {len(seen) // max(cfg.minibatches, 1)} "
+                  f"epochs of {cfg.minibatches} minibatches")

@@ -5,10 +5,12 @@ separate, deterministic copy whose KL to the untrained policy is 0."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from rlhflab.checkup.context import ProbeContext
-from rlhflab.checkup.results import ProbeResult, forward_within, within
+from rlhflab.checkup.results import FORWARD_TOLERANCES, ProbeResult, forward_within, within
 from rlhflab.data.batching import join_prompt_response
 from rlhflab.models.forward import response_logprobs
 
@@ -51,10 +53,23 @@ def probe_old_logprobs_are_the_rollouts(ctx: ProbeContext) -> ProbeResult:
 
 
 def probe_sampled_logprobs_match(ctx: ProbeContext) -> ProbeResult:
+    """Where they differ tells whose fault it is: a training forward unlike the sampler's
+    moves logprobs throughout a response (logprob_bookkeeping); a token changed after it
+    was drawn moves only the last token of the rows it was written into (sampling)."""
     rollout = ctx.rollout()
-    gap = float((rollout.sampled_logprobs - rollout.logprobs)[rollout.mask].abs().max())
-    return forward_within("sampled_logprobs_match_training_forward", "logprob_bookkeeping", gap, ctx.dtype,
-                          "max |logprob at sampling - logprob in the padded training forward|")
+    difference = (rollout.sampled_logprobs - rollout.logprobs).abs().masked_fill(~rollout.mask, 0.0)
+    gap = float(difference.max())
+    result = forward_within("sampled_logprobs_match_training_forward", "logprob_bookkeeping", gap, ctx.dtype,
+                            "max |logprob at sampling - logprob in the padded training forward|")
+    if result.passed:
+        return result
+    last = rollout.mask.long().cumsum(1).argmax(1)
+    off = difference > FORWARD_TOLERANCES["sampled_logprobs_match_training_forward"][ctx.dtype]
+    at_last = off[torch.arange(len(last), device=last.device), last]
+    if int(off.sum()) == int(at_last.sum()):
+        return replace(result, component="sampling", detail=result.detail + f"; only at the last token of "
+                       f"{int(at_last.sum())} responses: tokens written after sampling")
+    return result
 
 
 def alone_and_batched(ctx: ProbeContext, rows: int = 4):

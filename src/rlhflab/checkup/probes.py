@@ -70,7 +70,8 @@ PROBES: tuple[Probe, ...] = (
           SWAPS, clears="logprob_bookkeeping", needs_trainer=True, states=BOTH, clears_in=MOVED,
           relates_policies=True),
     Probe(logprobs.probe_sampled_logprobs_match, 2,
-          "a training forward unlike the sampler's (temperature, top-k, an off-by-one, positions)",
+          "a training forward unlike the sampler's (temperature, top-k, an off-by-one, positions); a token written "
+          "into a response after it was sampled (blamed on sampling when only last tokens differ)",
           "a sampler and a training forward wrong in the same way; " + SWAPS,
           clears="logprob_bookkeeping", states=BOTH, clears_in=MOVED, relates_policies=True),
     Probe(logprobs.probe_logprob_padding_invariance, 3, "logprobs that depend on padding (positions, masks)",
@@ -121,6 +122,9 @@ PROBES: tuple[Probe, ...] = (
           "the values GAE is given", needs_trainer=True),
     Probe(credit.probe_every_token_gets_credit, 2, "a gamma x lam that starves early tokens of credit",
           "credit of the right size but wrong sign", needs_trainer=True),
+    Probe(credit.probe_every_epoch_visits_every_sample_once, 3,
+          "a minibatch schedule that repeats or skips samples within an epoch (every epoch on one minibatch first)",
+          "the order of the minibatches within an epoch", needs_trainer=True),
     Probe(credit.probe_advantages_follow_their_samples, 3,
           "advantages or returns given to the losses that belong to other samples (shuffled apart from their rows)",
           "rows whose advantages happen to be equal", needs_trainer=True, states=BOTH),
@@ -142,6 +146,10 @@ PROBES: tuple[Probe, ...] = (
           "a reward read at the wrong real token"),
     Probe(reward.probe_reward_padding_side_invariance, 3, "a reward that depends on the padding side",
           "a reward read at the wrong real token"),
+    Probe(reward.probe_scores_standardised_with_the_models_statistics, 3,
+          "a score transform that is not (raw - stored mean) / stored std: default or batch statistics, a clip",
+          "statistics stored wrong in stage 2 (the spread probe sees those)", needs_trainer=True,
+          clears="reward_scaling", clears_in=("start",)),
     Probe(reward.probe_reward_normalised, 1, "scores not standardised to unit spread", "a standardisation that "
           "keeps the spread but not the order", clears="reward_scaling", needs_trainer=True, clears_in=("start",)),
     # sampling and prompts

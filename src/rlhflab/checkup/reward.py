@@ -97,3 +97,17 @@ def probe_reward_normalised(ctx: ProbeContext) -> ProbeResult:
     std = float(ctx.rollout().proxy.std())
     return within("rewards_standardised", "reward_scaling", abs(std - 1.0), 0.5,
                   f"|std of standardised scores of untrained-policy samples - 1| (std = {std:.3f})")
+
+
+@torch.no_grad()
+def probe_scores_standardised_with_the_models_statistics(ctx: ProbeContext) -> ProbeResult:
+    """The proxy the rollout got is the reward model's raw score standardised with the mean
+    and std stored with the model at the end of stage 2 (raw when `ppo.normalize_reward` is
+    off): the definition of the transform, whatever the scores' spread happens to be."""
+    rollout, reward = ctx.rollout(), ctx.state.reward
+    raw = reward.raw_scores(rollout.input_ids, rollout.attention_mask)
+    expected = (raw - reward.mean) / reward.std if reward.normalize else raw
+    gap = float((rollout.proxy - expected).abs().max())
+    return within("scores_standardised_with_the_models_statistics", "reward_scaling", gap, 1e-4,
+                  f"max |proxy - (raw score - {reward.mean:.4g}) / {reward.std:.4g}| (the reward model's stored "
+                  f"statistics; normalize_reward = {reward.normalize})")
