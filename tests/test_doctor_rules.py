@@ -713,3 +713,20 @@ def test_the_real_verl_penalty_is_beta_x_kl_x_length_within_the_product_of_means
     ratios = [terms.penalty[s] / (terms.beta[s] * terms.kl[s]) for s in terms.penalty.keys() & terms.kl.keys()
               if terms.beta[s] * terms.kl[s] > 0.005]
     assert len(ratios) > 400 and 1 / PRODUCT_OF_MEANS.value < min(ratios) and max(ratios) < PRODUCT_OF_MEANS.value
+
+
+def test_the_penalty_identity_holds_exactly_in_a_log_written_by_trl_ppo():
+    """tests/fixtures/logs/trl_ppo was written by TRL 1.12's PPOTrainer (kl_coef 0.05): its
+    objective/non_score_reward is exactly -0.05 x objective/kl; told another beta, the
+    identity breaks and says by how much."""
+    from dataclasses import replace
+
+    from rlhflab.doctor.formats import read_log
+
+    table = read_log(Path(__file__).parent / "fixtures" / "logs" / "trl_ppo")
+    assert table.settings.kl_controller == "fixed" and table.settings.kl_in_reward
+    table.settings = replace(table.settings, kl_coef=0.05)
+    assert "kl_penalty_mismatch" not in fired(table)
+    table.settings = replace(table.settings, kl_coef=0.1)
+    finding = next(f for f in diagnose(table).findings if f.rule == "kl_penalty_mismatch")
+    assert finding.evidence[0].observed["times_the_kl"] == pytest.approx(0.5, rel=1e-4)
