@@ -353,6 +353,7 @@ def run_bug(name: str, base: Path, out: Path, rescore: bool = False) -> dict:
     from rlhflab.config import apply_overrides, config_from_run, parse_override
     from rlhflab.doctor.diagnose import CHECKUP_RULE, diagnose, read_and_diagnose
     from rlhflab.doctor.settings import RunSettings
+    from rlhflab.faults.bench import failed_probes
     from rlhflab.ppo.components import PPOComponents
     from rlhflab.runs import RunDir
     from rlhflab.verify import rerun
@@ -372,7 +373,7 @@ def run_bug(name: str, base: Path, out: Path, rescore: bool = False) -> dict:
     metrics_view = diagnose(table)  # the log with its config, no checkup: the doctor before the checkup
     row = {"bug": name, "component": bug.component, "what": bug.what, "public": bug.public,
            "gold_gain": gold_gain(run.root), "healthy_gain": gold_gain(base),
-           "failed_probes": sorted({p.name for p in probes if not p.passed}),
+           "failed_probes": failed_probes(probes),
            "metric_findings": [f.rule for f in diagnosis.findings if f.rule != CHECKUP_RULE],
            "first": first_component(diagnosis), "log_only_first": first_component(log_only),
            "rank": rank_of(diagnosis, bug.component), "rank_before_checkup": rank_of(metrics_view, bug.component),

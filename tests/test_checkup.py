@@ -216,6 +216,14 @@ def score_at_mask_count(model, input_ids, attention_mask):
     return model.score(hidden[torch.arange(len(last)), last]).squeeze(-1)
 
 
+def score_at_the_token_before_the_last(model, input_ids, attention_mask):
+    """The head read one real token early: at the token before EOS for a response that ended."""
+    hidden = padded_forward(model.base_model, input_ids, attention_mask).last_hidden_state.float()
+    positions = torch.arange(attention_mask.shape[1])
+    last = torch.where(attention_mask, positions, -1).max(1).values
+    return model.score(hidden[torch.arange(len(last)), (last - 1).clamp_min(0)]).squeeze(-1)
+
+
 def score_is_length(model, input_ids, attention_mask):
     return attention_mask.float().sum(1)
 
@@ -315,6 +323,8 @@ BROKEN = [
     (masks.probe_statistics_ignore_padding, broken(whiten=whiten_unmasked)),
     (masks.probe_mask_covers_response, broken(response_mask=mask_without_eos)),
     (update.probe_one_update_moves_the_right_way, broken(policy_loss=policy_loss_sign_flipped)),
+    (reward.probe_reward_read_at_the_last_token, broken(score=score_at_the_token_before_the_last)),
+    (reward.probe_reward_read_at_the_last_token, broken(score=score_at_mask_count)),
     (reward.probe_reward_padding_invariance, broken(score=score_at_mask_count)),
     (reward.probe_reward_padding_side_invariance, broken(score=score_at_mask_count)),
     (reward.probe_reward_normalised, broken(reward_transform=scores_not_standardised)),
@@ -364,19 +374,32 @@ def test_every_registered_probe_has_a_broken_implementation_it_fails_on():
 def test_no_probe_clears_a_component_from_a_state_where_its_invariant_holds_trivially():
     for probe in PROBES:
         assert set(probe.clears_in) <= set(probe.states), probe.name
-        assert bool(probe.clears_in) == (probe.clears is not None), probe.name
+        assert bool(probe.clears_in) == bool(probe.clears), probe.name
         assert probe.sees and probe.blind, probe.name
         if probe.relates_policies:  # policy = old policy = reference at the start
             assert "start" not in probe.clears_in, probe.name
 
 
+def test_the_probe_table_of_the_docs_is_the_registry():
+    from pathlib import Path
+
+    from rlhflab.checkup.probedoc import doc_is_current
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "doctor.md"
+    assert doc_is_current(doc), "stale: run `python -m rlhflab.checkup.probedoc docs/doctor.md`"
+
+
 def test_a_component_is_cleared_only_when_its_probes_passed_in_their_clearing_states():
-    clearing = [p for p in PROBES if p.clears == "logprob_bookkeeping"]
+    clearing = [p for p in PROBES if "logprob_bookkeeping" in p.clears]
     everywhere = {p.name: set(p.states) for p in PROBES}
     assert "logprob_bookkeeping" in cleared_components(everywhere, set())
     only_start = {name: states - {"moved"} for name, states in everywhere.items()}
     assert "logprob_bookkeeping" not in cleared_components(only_start, set())
     assert "logprob_bookkeeping" not in cleared_components(everywhere, {clearing[0].name})
+    # a sampler whose responses end is cleared only once its logprobs also match the training forward's
+    assert "sampling" in cleared_components(everywhere, set())
+    assert "sampling" not in cleared_components(everywhere, {"sampled_logprobs_match"})
+    assert "sampling" not in cleared_components(only_start, set())
 
 
 def test_a_reference_that_follows_the_policy_passes_every_probe_at_the_start_and_fails_once_moved(smoke_run, tmp_path):
@@ -427,6 +450,60 @@ def test_optimizer_probe_fails_on_moments_lost_between_steps_and_on_a_value_head
     with moved(headless) as ctx:
         result = optimizer.probe_optimizer_state_carried(ctx)
     assert not result.passed and "outside the optimiser (2)" in result.detail
+
+
+def test_advantages_probe_tells_apart_samples_whose_logprobs_a_collapsed_policy_made_equal():
+    """Four samples with the same old logprobs (a collapsed policy writes one response to
+    every prompt) but their own values and advantages: handed to the losses in a shuffled
+    order with their own advantages the probe passes; with another's, it fails."""
+    from types import SimpleNamespace
+
+    from rlhflab.checkup.iteration import IterationTrace, MinibatchCall, ValueCall
+    from rlhflab.ppo.trainer import Advantages
+
+    B, T = 4, 3
+    mask = torch.ones(B, T, dtype=torch.bool)
+    logprobs = torch.full((B, T), -0.01)  # one response, the same logprobs after every prompt
+    values = torch.arange(B * T, dtype=torch.float).view(B, T)  # values differ with the prompt
+    advantages = torch.arange(B, dtype=torch.float)[:, None].expand(B, T) * 10
+    rollout = SimpleNamespace(logprobs=logprobs, values=values, mask=mask)
+    computed = Advantages(advantages, advantages, advantages, advantages, advantages + 1)
+
+    def probe_with(given_advantages):
+        order = torch.tensor([2, 0, 3, 1])
+        trace = IterationTrace(rollout, computed)
+        trace.policy_calls.append(MinibatchCall(logprobs[order], given_advantages[order], mask, 1.0, 0.0, False, 0.0))
+        trace.value_calls.append(ValueCall(computed.returns[order], values[order], False, 0.0))
+        return credit.probe_advantages_follow_their_samples(SimpleNamespace(iteration=lambda: trace))
+
+    assert probe_with(advantages).passed
+    assert not probe_with(advantages.roll(1, 0)).passed
+
+
+def mask_with_padding(mask):
+    """Padding after EOS counted as response (every position of the row)."""
+    return torch.ones_like(mask)
+
+
+# Probes of other components that select the real tokens of a response: none may fail
+# because the trainer's mask is wrong; the mask's own probe does.
+MASK_READERS = [logprobs.probe_kl_zero_before_update, logprobs.probe_sampled_logprobs_match,
+                logprobs.probe_logprob_padding_invariance, logprobs.probe_reference_deterministic,
+                kl.probe_kl_penalty_lowers_the_reward, credit.probe_score_at_last_token,
+                credit.probe_score_moves_own_advantages_only, credit.probe_gae_matches_naive_loop,
+                credit.probe_every_token_gets_credit, gradients.probe_clip_bounds_the_update,
+                reward.probe_reward_padding_side_invariance, reward.probe_reward_read_at_the_last_token,
+                reward.probe_scores_standardised_with_the_models_statistics]
+
+
+@pytest.mark.parametrize("wrong_mask", [mask_with_padding, mask_without_eos])
+def test_a_wrong_mask_fails_the_mask_probe_and_no_probe_of_another_component(smoke_run, wrong_mask):
+    ctx = context(smoke_run, broken(response_mask=wrong_mask))
+    assert not masks.probe_mask_covers_response(ctx).passed
+    assert [p.__name__ for p in MASK_READERS if not p(ctx).passed] == []
+    with moved(context(smoke_run, broken(response_mask=wrong_mask)), smoke_run.checkpoints / "ppo") as ctx:
+        assert logprobs.probe_reference_is_the_starting_model(ctx).passed
+        assert kl.probe_kl_penalty_is_beta_times_the_kl(ctx).passed
 
 
 def test_old_logprobs_probe_fails_when_the_update_gets_stale_ones(smoke_run, monkeypatch):
@@ -503,6 +580,18 @@ def test_the_most_specific_failed_probe_ranks_first():
     rule = BY_NAME["ratio_off"]
     ranked = rank_causes(rule.causes, rule.clues, table, CheckupVerdict.from_probes(records))
     assert ranked[0].component == "advantages_values"
+
+
+def test_at_equal_specificity_a_failure_at_the_start_outranks_one_seen_only_once_moved():
+    table = MetricTable.from_records([{"step": i, "kl/mean": 0.0} for i in range(10)])
+    records = [{"name": "mask_covers_response_through_eos", "component": "advantages_values", "passed": False,
+                "specificity": 3, "state": "start"},
+               {"name": "reference_is_the_starting_model", "component": "kl_control", "passed": False,
+                "specificity": 3, "state": "moved"}]
+    rule = BY_NAME["ratio_off"]
+    for order in (records, records[::-1]):
+        ranked = rank_causes(rule.causes, rule.clues, table, CheckupVerdict.from_probes(order))
+        assert [c.component for c in ranked[:2]] == ["advantages_values", "kl_control"]
 
 
 def test_settings_warn_outside_published_ranges_and_say_why_rlhflab_differs():

@@ -15,6 +15,7 @@ from rlhflab.checkup.iteration import IterationTrace, trace_iteration
 from rlhflab.checkup.results import ProbeSkipped
 from rlhflab.checkup.states import START, ProbeState
 from rlhflab.config import PipelineConfig
+from rlhflab.data.batching import through_first
 from rlhflab.data.files import PreferenceRecord
 from rlhflab.data.prompt_pool import PromptSource
 from rlhflab.models.forward import response_logprobs
@@ -61,6 +62,24 @@ class ProbeContext:
             self.config.ppo.response_length, self.config.ppo.temperature,
             torch_generator(self.config.seed, "checkup", "sampling", *self.where.seed_names), self.state.components))
 
+    def response_mask(self) -> torch.Tensor:
+        """(B, T) the rollout's responses through their first EOS, from the sampled ids: a
+        second path to the trainer's mask (a component, which `mask_covers_response` tests).
+        Probes of other components select real tokens with this one, so that a wrong mask
+        fails the mask's probe and not theirs too."""
+        return self.shared("response_mask", lambda: through_first(self.rollout().response_ids,
+                                                                  self.state.tokenizer.eos_token_id))
+
+    def recorded_mask(self) -> torch.Tensor:
+        """(B, T) the real response tokens the rollout recorded logprobs and values for (the
+        trainer zeroes them outside its mask): where a recorded number can be compared with
+        a recomputed one."""
+        return self.response_mask() & self.rollout().mask
+
+    def attention_mask(self) -> torch.Tensor:
+        """(B, P + T) `[prompt | response]` attention by `response_mask()`."""
+        return torch.cat([self.rollout().prompt_mask, self.response_mask()], dim=1)
+
     def iteration(self) -> IterationTrace:
         """One traced PPO iteration on `rollout()` (`iteration.trace_iteration`); the state is
         restored afterwards."""
@@ -78,7 +97,7 @@ class ProbeContext:
             device = next(self.state.policy.parameters()).device
             model = load_causal_lm(self.starting_model).eval().requires_grad_(False).to(device)
             with torch.no_grad():
-                return response_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.prompt_len,
+                return response_logprobs(model, rollout.input_ids, self.attention_mask(), rollout.prompt_len,
                                          self.config.ppo.temperature, self.state.components.response_logits)
 
         return self.shared("starting_logprobs", score)

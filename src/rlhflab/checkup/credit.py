@@ -16,15 +16,18 @@ from rlhflab.checkup.results import ProbeResult, within
 # critic alone (Yuan et al. 2025, VAPO, sec. 3.2: length-adaptive GAE sets
 # lam = 1 - 1 / (0.05 l) for this reason). rlhflab's 32 tokens at 0.95: 0.2.
 MIN_CREDIT = 1e-3
+# Rows of a minibatch and of the rollout are the same sample when their old logprobs and
+# values agree to this: both are copies of the rollout's tensors, so they match exactly.
+SAME_ROW = 1e-6
 
 
 def raw_advantages(ctx: ProbeContext, scores: Tensor) -> Tensor:
     """Advantages before whitening for the rollout with `scores`, by the configured
     reward shaping and GAE (whitening mixes every row by design, so it is left out)."""
-    rollout, c, cfg = ctx.rollout(), ctx.state.components, ctx.config.ppo
-    rewards, _ = c.shape_rewards(scores, rollout.logprobs, rollout.ref_logprobs, rollout.mask,
-                                 ctx.state.controller.value, cfg.kl_estimator)
-    advantages, _ = c.gae(rewards, rollout.values, rollout.mask, cfg.gamma, cfg.lam)
+    rollout, real, c, cfg = ctx.rollout(), ctx.response_mask(), ctx.state.components, ctx.config.ppo
+    rewards, _ = c.shape_rewards(scores, rollout.logprobs, rollout.ref_logprobs, real, ctx.state.controller.value,
+                                 cfg.kl_estimator)
+    advantages, _ = c.gae(rewards, rollout.values, real, cfg.gamma, cfg.lam)
     return advantages
 
 
@@ -32,7 +35,7 @@ def score_response(ctx: ProbeContext) -> tuple[int, Tensor]:
     """The longest response's row, and how every advantage changes when that row's score
     rises by 1: d advantage / d score, since shaping and GAE are linear in the score."""
     def measure() -> tuple[int, Tensor]:
-        row = int(ctx.rollout().mask.sum(1).argmax())
+        row = int(ctx.response_mask().sum(1).argmax())
         scores = ctx.rollout().scores
         bumped = scores.clone()
         bumped[row] += 1.0
@@ -44,10 +47,10 @@ def score_response(ctx: ProbeContext) -> tuple[int, Tensor]:
 def probe_score_at_last_token(ctx: ProbeContext) -> ProbeResult:
     """With the KL at 0 (the reference's logprobs for both), the shaped reward is the
     score at each response's last real token and 0 everywhere else."""
-    rollout, c = ctx.rollout(), ctx.state.components
-    rewards, _ = c.shape_rewards(rollout.scores, rollout.ref_logprobs, rollout.ref_logprobs, rollout.mask,
+    rollout, real, c = ctx.rollout(), ctx.response_mask(), ctx.state.components
+    rewards, _ = c.shape_rewards(rollout.scores, rollout.ref_logprobs, rollout.ref_logprobs, real,
                                  ctx.state.controller.value, ctx.config.ppo.kl_estimator)
-    last = rollout.mask.long().cumsum(1).argmax(1)  # the first position holding the last count
+    last = real.long().cumsum(1).argmax(1)  # the first position holding the last count
     expected = torch.zeros_like(rewards).scatter(1, last[:, None], rollout.scores[:, None].to(rewards.dtype))
     gap = float((rewards - expected).abs().max())
     return within("score_at_last_token", "advantages_values", gap, 1e-6,
@@ -69,7 +72,7 @@ def probe_every_token_gets_credit(ctx: ProbeContext) -> ProbeResult:
     """The score's credit reaching each real token of the longest response, under the
     configured gamma and lam (d advantage_t / d score)."""
     row, delta = score_response(ctx)
-    credit = delta[row][ctx.rollout().mask[row]]
+    credit = delta[row][ctx.response_mask()[row]]
     cfg = ctx.config.ppo
     return within("every_token_gets_credit", "advantages_values", float(credit.min()), MIN_CREDIT,
                   f"least d advantage / d score over the {len(credit)} tokens of the longest response "
@@ -77,15 +80,15 @@ def probe_every_token_gets_credit(ctx: ProbeContext) -> ProbeResult:
 
 
 def probe_gae_matches_naive_loop(ctx: ProbeContext) -> ProbeResult:
-    rollout = ctx.rollout()
+    mask = ctx.response_mask()
     g = torch.Generator().manual_seed(0)
-    rewards = torch.randn(rollout.mask.shape, generator=g).to(rollout.mask.device) * rollout.mask
-    values = torch.randn(rollout.mask.shape, generator=g).to(rollout.mask.device) * rollout.mask
+    rewards = torch.randn(mask.shape, generator=g).to(mask.device) * mask
+    values = torch.randn(mask.shape, generator=g).to(mask.device) * mask
     gamma, lam = ctx.config.ppo.gamma, ctx.config.ppo.lam
-    advantages, _ = ctx.state.components.gae(rewards, values, rollout.mask, gamma, lam)
+    advantages, _ = ctx.state.components.gae(rewards, values, mask, gamma, lam)
     worst = 0.0
     for b in range(rewards.shape[0]):
-        real = rollout.mask[b].nonzero().flatten().tolist()
+        real = mask[b].nonzero().flatten().tolist()
         running = 0.0
         for k in reversed(range(len(real))):
             t = real[k]
@@ -99,19 +102,24 @@ def probe_gae_matches_naive_loop(ctx: ProbeContext) -> ProbeResult:
 
 def probe_advantages_follow_their_samples(ctx: ProbeContext) -> ProbeResult:
     """Under the update's minibatch shuffle, every row the losses get carries the advantages
-    and returns computed for that row's own sample: each row given to the policy loss is
-    found in the rollout by its old logprobs, and the advantages given with it (and the
-    returns given to the value loss of the same minibatch) must be that sample's."""
+    and returns computed for that row's own sample: each row of a minibatch is found in the
+    rollout by its old logprobs and old values together (a collapsed policy gives many
+    samples the same logprobs, never the same values after different prompts), and the
+    advantages given with it (and the returns given to the value loss of the same
+    minibatch) must be that sample's. Rows that cannot be told apart by those may be any of
+    them: the nearest that matches counts."""
     trace = ctx.iteration()
     rollout, adv = trace.rollout, trace.advantages
-    known = rollout.logprobs.masked_fill(~rollout.mask, 0.0)
+    known = torch.cat([rollout.logprobs, rollout.values], 1).masked_fill(~rollout.mask.repeat(1, 2), 0.0)
     worst = 0.0
     for policy_call, value_call in zip(trace.policy_calls, trace.value_calls):
-        given = policy_call.old_logprobs.masked_fill(~policy_call.mask, 0.0)
-        rows = (given[:, None, :] - known[None, :, :]).abs().amax(-1).argmin(1)  # (b,) the sample of each row
         mask = policy_call.mask
+        given = torch.cat([policy_call.old_logprobs, value_call.old_values], 1).masked_fill(~mask.repeat(1, 2), 0.0)
+        distance = (given[:, None, :] - known[None, :, :]).abs().amax(-1)  # (b, B)
+        alike = distance <= distance.amin(1, keepdim=True) + SAME_ROW  # (b, B) the samples each row may be
         for received, computed in ((policy_call.advantages, adv.advantages), (value_call.returns, adv.returns)):
-            worst = max(worst, float((received - computed[rows])[mask].abs().max()))
+            error = (received[:, None, :] - computed[None, :, :]).abs().masked_fill(~mask[:, None, :], 0.0).amax(-1)
+            worst = max(worst, float(error.masked_fill(~alike, float("inf")).amin(1).max()))
     return within("advantages_follow_their_samples", "advantages_values", worst, 1e-6,
                   f"max |advantage or return given to a loss - the one computed for that row's sample| over the "
                   f"update's {len(trace.policy_calls)} minibatches")

@@ -78,7 +78,7 @@ def probe_clip_bounds_the_update(ctx: ProbeContext) -> ProbeResult:
     whose ratio is already past the range in its advantage's direction gets no gradient,
     and one inside the range does. Measured on the rollout's tokens with unit advantages."""
     rollout, cfg = ctx.rollout(), ctx.config.ppo
-    mask, eps = rollout.mask, cfg.clip_eps
+    mask, eps = ctx.response_mask(), cfg.clip_eps
     old = rollout.logprobs
     # Even rows: A = +1 at ratio 1 + 2 eps; odd rows: A = -1 at ratio (1 - eps) / 2 (a range
     # of eps >= 1 has no lower side to pass: every row is then an even one).

@@ -34,6 +34,7 @@ class MinibatchCall:
 @dataclass(frozen=True)
 class ValueCall:
     returns: Tensor  # (b, T) the returns the trainer passed, detached
+    old_values: Tensor  # (b, T) the rollout's values it passed, detached
     targets_require_grad: bool  # returns or old values passed with a gradient path
     target_gradient: float  # |d loss / d (returns, old values)| when both are made leaves
 
@@ -89,7 +90,8 @@ def _value_recorder(loss_fn, calls: list[ValueCall]):
         # The leaf test keeps the order of the real call: (returns, old values) as targets.
         leak = _target_gradient(lambda cur, ret, old: loss_fn(cur, old, ret, mask, clip_eps),
                                 values, (returns, old_values))
-        calls.append(ValueCall(returns.detach().clone(), returns.requires_grad or old_values.requires_grad, leak))
+        calls.append(ValueCall(returns.detach().clone(), old_values.detach().clone(),
+                               returns.requires_grad or old_values.requires_grad, leak))
         return loss_fn(values, old_values, returns, mask, clip_eps)
     return recorded
 

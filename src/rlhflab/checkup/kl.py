@@ -19,13 +19,13 @@ PROBE_BETA = 0.1  # any positive beta: the sign of the reward's change is what i
 def probe_kl_penalty_lowers_the_reward(ctx: ProbeContext) -> ProbeResult:
     """Shaped rewards where the policy's logprobs exceed the reference's by 0.5 on every
     token (a positive KL), against the same with no KL: every token must lose reward."""
-    rollout, c = ctx.rollout(), ctx.state.components
-    moved = rollout.ref_logprobs + 0.5 * rollout.mask
-    penalised, _ = c.shape_rewards(rollout.scores, moved, rollout.ref_logprobs, rollout.mask, PROBE_BETA,
+    rollout, real, c = ctx.rollout(), ctx.response_mask(), ctx.state.components
+    moved = rollout.ref_logprobs + 0.5 * real
+    penalised, _ = c.shape_rewards(rollout.scores, moved, rollout.ref_logprobs, real, PROBE_BETA,
                                    ctx.config.ppo.kl_estimator)
-    plain, _ = c.shape_rewards(rollout.scores, rollout.ref_logprobs, rollout.ref_logprobs, rollout.mask, PROBE_BETA,
+    plain, _ = c.shape_rewards(rollout.scores, rollout.ref_logprobs, rollout.ref_logprobs, real, PROBE_BETA,
                                ctx.config.ppo.kl_estimator)
-    change = (penalised - plain)[rollout.mask]
+    change = (penalised - plain)[real]
     return within("kl_penalty_lowers_the_reward", "kl_control", float(change.max()), -1e-6,
                   f"largest change of a token's reward when the policy's logprob exceeds the reference's by 0.5 "
                   f"(beta = {PROBE_BETA:g}; must be negative on every token)")
@@ -62,9 +62,12 @@ def probe_kl_penalty_is_beta_times_the_kl(ctx: ProbeContext) -> ProbeResult:
     configured estimator of its KL to the starting model, loaded afresh (a second path to the
     reference). A penalty N times too large, a sequence's KL put on each of its tokens, or a
     reference that follows the policy shows here; at the start the KL is 0 and would hide them."""
-    rollout, c, cfg = ctx.rollout(), ctx.state.components, ctx.config.ppo
-    mask = rollout.mask
-    expected_kl = torch.where(mask, kl_estimate(rollout.logprobs, ctx.starting_logprobs(), cfg.kl_estimator), 0.0)
+    c, cfg = ctx.state.components, ctx.config.ppo
+    mask = ctx.recorded_mask()
+    rows = mask.any(1)  # a response the trainer's mask left empty has nothing to charge
+    rollout, mask = ctx.rollout().select(rows.nonzero().flatten()), mask[rows]
+    starting = ctx.starting_logprobs()[rows]
+    expected_kl = torch.where(mask, kl_estimate(rollout.logprobs, starting, cfg.kl_estimator), 0.0)
     if float(expected_kl.abs().max()) < MIN_MOVED_KL:
         raise ProbeSkipped(f"the policy has not moved from the starting model (largest per-token KL "
                            f"{float(expected_kl.abs().max()):.2g} < {MIN_MOVED_KL:g})")

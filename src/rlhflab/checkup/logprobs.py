@@ -17,7 +17,7 @@ from rlhflab.models.forward import response_logprobs
 
 def probe_kl_zero_before_update(ctx: ProbeContext) -> ProbeResult:
     rollout = ctx.rollout()
-    kl = float(((rollout.logprobs - rollout.ref_logprobs) * rollout.mask).sum(1).abs().max())
+    kl = float(((rollout.logprobs - rollout.ref_logprobs) * ctx.recorded_mask()).sum(1).abs().max())
     return forward_within("kl_zero_before_update", "logprob_bookkeeping", kl, ctx.dtype,
                           "max |per-sequence KL| between the untrained policy and the reference")
 
@@ -56,14 +56,14 @@ def probe_sampled_logprobs_match(ctx: ProbeContext) -> ProbeResult:
     """Where they differ tells whose fault it is: a training forward unlike the sampler's
     moves logprobs throughout a response (logprob_bookkeeping); a token changed after it
     was drawn moves only the last token of the rows it was written into (sampling)."""
-    rollout = ctx.rollout()
-    difference = (rollout.sampled_logprobs - rollout.logprobs).abs().masked_fill(~rollout.mask, 0.0)
+    rollout, real = ctx.rollout(), ctx.recorded_mask()
+    difference = (rollout.sampled_logprobs - rollout.logprobs).abs().masked_fill(~real, 0.0)
     gap = float(difference.max())
     result = forward_within("sampled_logprobs_match_training_forward", "logprob_bookkeeping", gap, ctx.dtype,
                             "max |logprob at sampling - logprob in the padded training forward|")
     if result.passed:
         return result
-    last = rollout.mask.long().cumsum(1).argmax(1)
+    last = real.long().cumsum(1).argmax(1)
     off = difference > FORWARD_TOLERANCES["sampled_logprobs_match_training_forward"][ctx.dtype]
     at_last = off[torch.arange(len(last), device=last.device), last]
     if int(off.sum()) == int(at_last.sum()):
@@ -74,15 +74,14 @@ def probe_sampled_logprobs_match(ctx: ProbeContext) -> ProbeResult:
 
 def alone_and_batched(ctx: ProbeContext, rows: int = 4):
     """(one row alone, the same row inside the padded batch) for the first `rows` rows."""
-    rollout = ctx.rollout()
-    batch_ids, batch_mask = join_prompt_response(rollout.prompt_ids, rollout.prompt_mask,
-                                                 rollout.response_ids, rollout.mask)
+    rollout, real = ctx.rollout(), ctx.response_mask()
+    batch_ids, batch_mask = join_prompt_response(rollout.prompt_ids, rollout.prompt_mask, rollout.response_ids, real)
     for row in range(min(rows, len(rollout.prompts))):
         prompt = rollout.prompt_ids[row][rollout.prompt_mask[row]][None]
-        response = rollout.response_ids[row][rollout.mask[row]][None]
+        response = rollout.response_ids[row][real[row]][None]
         ids = torch.cat([prompt, response], 1)
         yield (ids, torch.ones_like(ids, dtype=torch.bool), prompt.shape[1]), \
-              (batch_ids, batch_mask, rollout.prompt_len, row, rollout.mask[row])
+              (batch_ids, batch_mask, rollout.prompt_len, row, real[row])
 
 
 @torch.no_grad()
@@ -110,9 +109,9 @@ def probe_reference_frozen(ctx: ProbeContext) -> ProbeResult:
 def probe_reference_deterministic(ctx: ProbeContext) -> ProbeResult:
     """The reference scores the rollout the same way twice (no dropout, no sampling)."""
     rollout, c = ctx.rollout(), ctx.state.components
-    twice = [response_logprobs(ctx.state.reference, rollout.input_ids, rollout.attention_mask, rollout.prompt_len,
+    twice = [response_logprobs(ctx.state.reference, rollout.input_ids, ctx.attention_mask(), rollout.prompt_len,
                                ctx.config.ppo.temperature, c.response_logits) for _ in range(2)]
-    gap = float((twice[0] - twice[1])[rollout.mask].abs().max())
+    gap = float((twice[0] - twice[1])[ctx.response_mask()].abs().max())
     return forward_within("reference_deterministic", "kl_control", gap, ctx.dtype,
                           "max |reference logprob, first call - second call| on the rollout")
 
@@ -121,9 +120,9 @@ def probe_reference_is_the_starting_model(ctx: ProbeContext) -> ProbeResult:
     """In the moved state: the reference logprobs the rollout recorded are those of the
     starting model loaded afresh from its directory. At the start the policy is that model
     too, so a reference that follows the policy would pass there; here it cannot."""
-    rollout = ctx.rollout()
-    gap = float((rollout.ref_logprobs - ctx.starting_logprobs())[rollout.mask].abs().max())
-    moved = float((rollout.logprobs - ctx.starting_logprobs())[rollout.mask].abs().max())
+    rollout, real = ctx.rollout(), ctx.recorded_mask()
+    gap = float((rollout.ref_logprobs - ctx.starting_logprobs())[real].abs().max())
+    moved = float((rollout.logprobs - ctx.starting_logprobs())[real].abs().max())
     return forward_within("reference_is_the_starting_model", "kl_control", gap, ctx.dtype,
                           f"max |the rollout's reference logprob - the starting model's, loaded again| (the policy's "
                           f"differ from the starting model's by up to {moved:.3g} here)")

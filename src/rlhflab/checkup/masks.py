@@ -40,7 +40,7 @@ def _statistics(ctx: ProbeContext, logprobs, ref_logprobs, old_logprobs, values,
 @torch.no_grad()
 def probe_statistics_ignore_padding(ctx: ProbeContext) -> ProbeResult:
     rollout = ctx.rollout()
-    mask = rollout.mask
+    mask = ctx.response_mask()
     g = torch.Generator().manual_seed(0)
     # A moved policy and value head, so that ratios, KL and value errors are all non-trivial.
     logprobs = rollout.logprobs + 0.1 * torch.randn(mask.shape, generator=g).to(mask.device) * mask
@@ -58,13 +58,6 @@ def probe_statistics_ignore_padding(ctx: ProbeContext) -> ProbeResult:
 
 
 def probe_mask_covers_response(ctx: ProbeContext) -> ProbeResult:
-    rollout = ctx.rollout()
-    eos = ctx.state.tokenizer.eos_token_id
-    wrong = 0
-    for ids, mask in zip(rollout.response_ids, rollout.mask):
-        hits = (ids == eos).nonzero().flatten()
-        end = int(hits[0]) + 1 if len(hits) else len(ids)
-        expected = torch.arange(len(ids), device=ids.device) < end
-        wrong += int((expected != mask).sum())
+    wrong = int((ctx.response_mask() != ctx.rollout().mask).sum())
     return within("mask_covers_response_through_eos", "advantages_values", wrong, 0,
                   "response positions where the loss mask differs from 'up to and including the first EOS'")

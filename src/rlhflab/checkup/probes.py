@@ -47,7 +47,7 @@ class Probe:
     specificity: int  # 0: fails with many bugs ... 3: points at one function
     sees: str  # the kinds of fault a failure shows
     blind: str  # what it cannot see, in the states it runs in
-    clears: Component | None = None  # the component cleared when all probes that clear it ran and passed
+    clears: tuple[Component, ...] = ()  # the components cleared when all probes that clear them ran and passed
     needs_trainer: bool = False  # tests rlhflab's PPO code rather than the models
     states: tuple[StateName, ...] = ("start",)
     clears_in: tuple[StateName, ...] = ()  # the states whose pass may clear `clears`
@@ -67,15 +67,15 @@ PROBES: tuple[Probe, ...] = (
     Probe(logprobs.probe_first_ratio_is_one, 2,
           "old logprobs that are not the policy's own on the first minibatch: dropout, a training forward "
           "unlike the rollout's; in the moved state also old logprobs of another model or an earlier step",
-          SWAPS, clears="logprob_bookkeeping", needs_trainer=True, states=BOTH, clears_in=MOVED,
+          SWAPS, clears=("logprob_bookkeeping",), needs_trainer=True, states=BOTH, clears_in=MOVED,
           relates_policies=True),
     Probe(logprobs.probe_sampled_logprobs_match, 2,
           "a training forward unlike the sampler's (temperature, top-k, an off-by-one, positions); a token written "
           "into a response after it was sampled (blamed on sampling when only last tokens differ)",
           "a sampler and a training forward wrong in the same way; " + SWAPS,
-          clears="logprob_bookkeeping", states=BOTH, clears_in=MOVED, relates_policies=True),
+          clears=("logprob_bookkeeping", "sampling"), states=BOTH, clears_in=MOVED, relates_policies=True),
     Probe(logprobs.probe_logprob_padding_invariance, 3, "logprobs that depend on padding (positions, masks)",
-          "anything that does not depend on how a sequence is batched", clears="logprob_bookkeeping",
+          "anything that does not depend on how a sequence is batched", clears=("logprob_bookkeeping",),
           clears_in=("start",)),
     Probe(logprobs.probe_old_logprobs_are_the_rollouts, 3,
           "old logprobs given to the loss that are no row of the rollout (recomputed after a step, mixed rows)",
@@ -127,7 +127,7 @@ PROBES: tuple[Probe, ...] = (
           "the order of the minibatches within an epoch", needs_trainer=True),
     Probe(credit.probe_advantages_follow_their_samples, 3,
           "advantages or returns given to the losses that belong to other samples (shuffled apart from their rows)",
-          "rows whose advantages happen to be equal", needs_trainer=True, states=BOTH),
+          "a swap between rows whose old logprobs and values are the same", needs_trainer=True, states=BOTH),
     # masks
     Probe(masks.probe_statistics_ignore_padding, 3, "a statistic of the update that reads padding",
           "a mask that covers the wrong real tokens", needs_trainer=True),
@@ -142,6 +142,10 @@ PROBES: tuple[Probe, ...] = (
     # reward model and scaling
     Probe(reward.probe_reward_model_health, 0, "a reward model that misranks held-out pairs or scores mostly length",
           "how the trainer reads it"),
+    Probe(reward.probe_reward_read_at_the_last_token, 3,
+          "a score read anywhere but the response's last token: at padding, one token early (before EOS), in the "
+          "prompt", "a reward model trained to read another position (the probe holds the trainer to the last token, "
+          "where stage 2 and sequence classifiers read)"),
     Probe(reward.probe_reward_padding_invariance, 3, "a reward read at padding or changed by batching",
           "a reward read at the wrong real token"),
     Probe(reward.probe_reward_padding_side_invariance, 3, "a reward that depends on the padding side",
@@ -149,15 +153,16 @@ PROBES: tuple[Probe, ...] = (
     Probe(reward.probe_scores_standardised_with_the_models_statistics, 3,
           "a score transform that is not (raw - stored mean) / stored std: default or batch statistics, a clip",
           "statistics stored wrong in stage 2 (the spread probe sees those)", needs_trainer=True,
-          clears="reward_scaling", clears_in=("start",)),
+          clears=("reward_scaling",), clears_in=("start",)),
     Probe(reward.probe_reward_normalised, 1, "scores not standardised to unit spread", "a standardisation that "
-          "keeps the spread but not the order", clears="reward_scaling", needs_trainer=True, clears_in=("start",)),
+          "keeps the spread but not the order", clears=("reward_scaling",), needs_trainer=True, clears_in=("start",)),
     # sampling and prompts
     Probe(data.probe_responses_end, 3, "a sampler whose responses do not end (EOS unreachable, a length too short)",
-          "a sampler that ends responses but samples the wrong distribution", clears="sampling",
+          "a sampler that ends responses but samples the wrong distribution (the sampled-logprobs probe, which clears "
+          "sampling with it, sees some of that)", clears=("sampling",),
           clears_in=("start",)),
     Probe(data.probe_prompts_distinct, 3, "a first batch of repeated prompts", "prompts that are varied but wrong",
-          clears="prompt_data", clears_in=("start",)),
+          clears=("prompt_data",), clears_in=("start",)),
 )
 
 
@@ -197,8 +202,8 @@ def _run_in_state(ctx: ProbeContext, results: list[ProbeResult], records: list[d
         out = [replace(r, state=state) for r in (out if isinstance(out, list) else [out])]
         for result in out:
             results.append(result)
-            records.append(asdict(result) | {"specificity": probe.specificity, "clears": probe.clears,
-                                             "clears_here": probe.clears is not None and state in probe.clears_in})
+            records.append(asdict(result) | {"specificity": probe.specificity, "clears": list(probe.clears),
+                                             "clears_here": bool(probe.clears) and state in probe.clears_in})
         if all(r.passed for r in out):
             passed_in.setdefault(probe.name, set()).add(state)
         else:
@@ -210,8 +215,8 @@ def cleared_components(passed_in: dict[str, set[str]], failed: set[str]) -> list
     failed in none."""
     clearing: dict[str, list[Probe]] = {}
     for probe in PROBES:
-        if probe.clears is not None:
-            clearing.setdefault(probe.clears, []).append(probe)
+        for component in probe.clears:
+            clearing.setdefault(component, []).append(probe)
     return sorted(component for component, probes in clearing.items()
                   if all(p.clears_in and set(p.clears_in) <= passed_in.get(p.name, set()) and p.name not in failed
                          for p in probes))

@@ -1,6 +1,7 @@
 """Probes of the reward model and its scaling: it prefers chosen over rejected responses on
-held-out pairs, is not mostly length, scores a sequence the same alone or in any batch and
-with either padding side, and its standardised scores have unit spread."""
+held-out pairs, is not mostly length, is read at a response's last token, scores a sequence
+the same alone or in any batch and with either padding side, and its standardised scores
+have unit spread."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rlhflab.checkup.results import ProbeResult, ProbeSkipped, forward_within, w
 from rlhflab.data.batching import encode_prompts, encode_responses, join_prompt_response
 from rlhflab.doctor.rules.reward_model import RM_LENGTH_CORR_LIMIT, RM_VAL_ACC_LIMIT
 from rlhflab.metrics.stats import pearson
+from rlhflab.models.precision import autocast
 from rlhflab.seeding import derive_seed, torch_generator
 
 
@@ -75,6 +77,31 @@ def probe_reward_padding_invariance(ctx: ProbeContext) -> ProbeResult:
                           "max |reward score of a sequence alone - in a padded batch|")
 
 
+@torch.no_grad()
+def probe_reward_read_at_the_last_token(ctx: ProbeContext) -> ProbeResult:
+    """The score the trainer reads for a rollout row in its padded batch is the reward
+    model's output at that row's last token, the row scored alone and unpadded: stage 2
+    trains the head there, and alone and unpadded the last position is the last real token,
+    with no mask arithmetic (a second path). A score read at padding, one token early or at
+    the prompt fails. A classifier without a per-position head (an encoder's pooled one) is
+    read through its own forward."""
+    rollout, reward = ctx.rollout(), ctx.state.reward
+    batched = reward.raw_scores(rollout.input_ids, ctx.attention_mask())
+    model, worst = reward.model, 0.0
+    for (ids, mask, _), (_, _, _, row, _) in alone_and_batched(ctx):
+        if reward.encode is not None:
+            ids, mask = reward.encode(ids, mask)
+        with autocast(ids.device):
+            if hasattr(model, "score"):
+                own = model.score(model.base_model(input_ids=ids).last_hidden_state[:, -1]).squeeze(-1)
+            else:
+                own = model(input_ids=ids).logits[:, 0]
+        worst = max(worst, abs(float(own.float()[0] - batched[row])))
+    return forward_within("reward_read_at_the_last_token", "reward_model", worst, ctx.dtype,
+                          "max |score the trainer reads in the padded batch - the reward head at the last token of "
+                          "the row alone, unpadded|")
+
+
 def _left_aligned(ids: torch.Tensor, mask: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The same rows with every padding token moved to the left."""
     order = torch.argsort(mask.long(), dim=1, stable=True)  # padding (0) first, real tokens in their order
@@ -86,7 +113,7 @@ def probe_reward_padding_side_invariance(ctx: ProbeContext) -> ProbeResult:
     """The rollout's rows scored as the trainer pads them ([left-padded prompt |
     right-padded response]) and with all their padding on the left."""
     rollout, score = ctx.rollout(), ctx.state.reward.raw_scores
-    ids, mask = rollout.input_ids, rollout.attention_mask
+    ids, mask = rollout.input_ids, ctx.attention_mask()
     left_ids, left_mask = _left_aligned(ids, mask, ctx.state.tokenizer.pad_token_id)
     gap = float((score(ids, mask) - score(left_ids, left_mask)).abs().max())
     return forward_within("reward_padding_side_invariance", "reward_model", gap, ctx.dtype,
@@ -105,7 +132,7 @@ def probe_scores_standardised_with_the_models_statistics(ctx: ProbeContext) -> P
     and std stored with the model at the end of stage 2 (raw when `ppo.normalize_reward` is
     off): the definition of the transform, whatever the scores' spread happens to be."""
     rollout, reward = ctx.rollout(), ctx.state.reward
-    raw = reward.raw_scores(rollout.input_ids, rollout.attention_mask)
+    raw = reward.raw_scores(rollout.input_ids, ctx.attention_mask())
     expected = (raw - reward.mean) / reward.std if reward.normalize else raw
     gap = float((rollout.proxy - expected).abs().max())
     return within("scores_standardised_with_the_models_statistics", "reward_scaling", gap, 1e-4,

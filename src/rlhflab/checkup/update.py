@@ -37,17 +37,17 @@ def probe_one_update_moves_the_right_way(ctx: ProbeContext) -> ProbeResult:
 
 
 def _relative_change(ctx: ProbeContext, lr_scale: float) -> float:
-    rollout, state, cfg = ctx.rollout(), ctx.state, ctx.config.ppo
-    best = int(rollout.mask.sum(1).argmax())
+    rollout, real, state, cfg = ctx.rollout(), ctx.response_mask(), ctx.state, ctx.config.ppo
+    best = int(real.sum(1).argmax())
     scores = torch.zeros_like(rollout.scores)
     scores[best] = BEST_SCORE
     staged = replace(rollout, scores=scores, proxy=scores)
 
     def mean_logprobs():
         with torch.no_grad():
-            logprobs = response_logprobs(state.policy.lm, rollout.input_ids, rollout.attention_mask,
+            logprobs = response_logprobs(state.policy.lm, rollout.input_ids, ctx.attention_mask(),
                                          rollout.prompt_len, cfg.temperature, state.components.response_logits)
-        return masked_mean(logprobs, rollout.mask, dim=1)  # (B,)
+        return masked_mean(logprobs, real, dim=1)  # (B,)
 
     with preserved(state):
         for group in state.optimizer.param_groups:

@@ -85,6 +85,13 @@ def join_prompt_response(
     return torch.cat([prompt_ids, response_ids], dim=1), torch.cat([prompt_mask, mask], dim=1)
 
 
+def through_first(ids: Tensor, token_id: int) -> Tensor:
+    """(B, T) bool: True up to and including each row's first `token_id`, every position of
+    a row without one: a response's extent when `token_id` is EOS."""
+    hit = (ids == token_id).long()
+    return (hit.cumsum(1) - hit) == 0
+
+
 def same_vocabulary(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
     """Whether token ids mean the same in both tokenizers (by vocabulary, not by name)."""
     return a.get_vocab() == b.get_vocab()

@@ -9,8 +9,9 @@ first, after Huang et al. 2023 and the TRL docs) and the clues that reorder it
    negative entropy coefficient, a clip range that never clips), large update
    statistics, unnormalised advantages, a reward model that fails its own health
    checks, a batch of repeated prompts;
-3. failed checkup probes move their component to the front, the most specific last, so
-   a probe that proves a bug outranks any circumstantial evidence.
+3. failed checkup probes move their component to the front, the most specific last (at
+   equal specificity a failure at the start last, over one seen only in the moved state),
+   so a probe that proves a bug outranks any circumstantial evidence.
 
 A fix names `RunSettings` fields (`settings.py`); each format renders it in its own
 trainer's vocabulary (`formats/`).
@@ -210,6 +211,12 @@ class CheckupVerdict:
     def specificity(self, probe: str) -> int:
         return self.records.get(probe, {}).get("specificity", 1)
 
+    def weight(self, probe: str) -> tuple[int, bool]:
+        """How strongly a failure points at its component: by specificity, then a failure at
+        the start over one seen only in the moved state (which the run's own, possibly
+        broken, code reached, so a failure there may be another component's doing)."""
+        return self.specificity(probe), self.records.get(probe, {}).get("state", "start") == "start"
+
     @staticmethod
     def from_probes(probes: list[dict], cleared: Iterable[Component] = ()) -> "CheckupVerdict":
         """From checkup.json's probe records (`name`, `component`, `passed`, `specificity`)
@@ -247,7 +254,7 @@ def rank_causes(makers: Iterable[CauseMaker], clues: Iterable[Clue], table: Metr
         found = clue.find(table)
         if found is not None:
             causes = _promote(causes, found)
-    # Least specific first, so the most specific failed probe's component ends up first.
-    for probe, component in sorted(checkup.failed.items(), key=lambda item: checkup.specificity(item[0])):
+    # Weakest first, so the most specific failed probe's component ends up first.
+    for probe, component in sorted(checkup.failed.items(), key=lambda item: checkup.weight(item[0])):
         causes = _promote(causes, Cause(component, f"the checkup probe '{probe}' failed", None))
     return causes

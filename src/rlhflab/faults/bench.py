@@ -104,9 +104,18 @@ def bench_one(preset: str, seed: int, out: Path, fault: Fault | None, base: RunD
         detected=bool(diagnosis.findings),
         symptom_in_metrics=any(f.rule != CHECKUP_RULE for f in diagnosis.findings),
         first_component=first, right_component=first == component, log_only_component=_first_component(log_only),
-        findings=[f.rule for f in diagnosis.findings], failed_probes=[p.name for p in checkup.results if not p.passed],
+        findings=[f.rule for f in diagnosis.findings], failed_probes=failed_probes(checkup.results),
         warnings=[f"{s.setting}={s.value:g}" for s in checkup.warnings], seconds=seconds,
     )
+
+
+def failed_probes(results) -> list[str]:
+    """Each failed probe once, with the states it failed in when not only the start."""
+    states: dict[str, list[str]] = {}
+    for r in results:
+        if not r.passed and r.state not in states.setdefault(r.name, []):
+            states[r.name].append(r.state)
+    return [name if where == ["start"] else f"{name} ({', '.join(where)})" for name, where in states.items() if where]
 
 
 CAVEAT = (
