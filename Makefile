@@ -56,6 +56,7 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/decode_breakdown.py
 	$(PY) bench/doctor_speed.py
 	$(PY) bench/real_logs.py
+	$(PY) bench/peer_doctors.py --doc docs/benchmarks.md
 	$(PY) bench/calibration.py --base runs/bench/demo-seed0 --out runs/calibration
 	$(TRL_VENV)/bin/python bench/calibration.py --base runs/bench/demo-seed0 --out runs/calibration --steps 120 \
 		--only ppo-healthy-s0 ppo-healthy-s1 ppo-kl0-lr3x ppo-lr30x

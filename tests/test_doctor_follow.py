@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlhflab.doctor.follow import follow
-from rlhflab.doctor.formats import read_log
+from rlhflab.doctor.formats import LogFormatError, read_log
 from rlhflab.doctor.watch import Watch, stop_rules
 
 RLHFLAB = str(Path(sys.executable).parent / "rlhflab")
@@ -74,8 +74,9 @@ def test_follow_tells_nothing_on_a_healthy_run_and_exits_when_the_log_goes_idle(
 
 def test_follow_waits_for_a_log_that_does_not_exist_yet_and_rereads_a_half_written_line(tmp_path):
     log = tmp_path / "later.jsonl"
-    rows = [json.dumps({"step": i, "kl/mean": 0.1 * i ** 2, "reward/proxy_mean": 0.01 * i, "policy/entropy": 2.0})
-            for i in range(60)]
+    # Flat while the line is half written, running away after: the stop needs the rest of the log.
+    rows = [json.dumps({"step": i, "kl/mean": 0.1 + 0.1 * max(0, i - 31) ** 2, "reward/proxy_mean": 0.01 * i,
+                        "policy/entropy": 2.0}) for i in range(60)]
     ticks = iter(range(10_000))
     writes = {3: "\n".join(rows[:30]) + "\n" + rows[30][:10], 5: rows[30][10:] + "\n" + "\n".join(rows[31:]) + "\n"}
     told = []
@@ -89,6 +90,17 @@ def test_follow_waits_for_a_log_that_does_not_exist_yet_and_rereads_a_half_writt
     followed = follow(log, Watch(stop_rules("kl_explosion")), interval=0, idle_exit=5, emit=told.append, sleep=sleep)
     assert followed.reason == "stop" and followed.watch.stopped_by.rule == "kl_explosion"
     assert len(followed.table.get("kl/mean")) == 60 and any("kl_explosion" in line for line in told)
+
+
+def test_a_jsonl_log_cut_mid_line_is_read_up_to_its_last_whole_line_and_says_so(tmp_path):
+    log = tmp_path / "cut.jsonl"
+    rows = [json.dumps({"step": i, "kl/mean": 0.1, "reward/proxy_mean": 0.01 * i}) for i in range(20)]
+    log.write_text("\n".join(rows[:19]) + "\n" + rows[19][:7])
+    table = read_log(log)
+    assert table.steps_read == 19 and any("line 20 is cut" in note for note in table.notes)
+    log.write_text("\n".join(rows[:10]) + "\n{not json\n" + "\n".join(rows[10:]) + "\n")
+    with pytest.raises(LogFormatError, match=":11: invalid JSON"):
+        read_log(log)  # a bad line inside the log is bad input, said with its line
 
 
 def test_a_watch_tells_each_finding_once_and_again_only_when_it_grows_more_severe(tmp_path):

@@ -219,9 +219,9 @@ def test_every_format_is_listed_and_recognises_its_own_kind_only(tmp_path: Path)
     csv_path = tmp_path / "log.csv"
     csv_path.write_text("step,kl/mean\n0,0.1\n")
     recognised = {fmt.name: [p.name for p in (trl, csv_path) if fmt.recognise(p)] for fmt in FORMATS}
-    assert recognised == {"rlhflab": [], "trainer_state": ["trainer_state.json"], "tensorboard": [], "mlflow": [],
-                          "verl-jsonl": [], "wandb-csv": [], "verl-console": [], "deepspeed-chat": [],
-                          "hf-console": [], "table": ["log.csv"]}
+    assert recognised == {"rlhflab": [], "trainer_state": ["trainer_state.json"], "wandb-run": [], "tensorboard": [],
+                          "mlflow": [], "verl-jsonl": [], "wandb-csv": [], "notebook-table": [], "verl-console": [],
+                          "deepspeed-chat": [], "hf-console": [], "table": ["log.csv"]}
     result = CliRunner().invoke(app, ["doctor", "--list-formats"])
     assert result.exit_code == 0 and all(fmt.name in result.output for fmt in FORMATS)
 

@@ -313,6 +313,9 @@ def print_diagnosis(diagnosis) -> None:
     if diagnosis.skipped:
         console.print("[dim]not run for lack of metrics: "
                       + escape("; ".join(f"{r} (needs {', '.join(m)})" for r, m in diagnosis.skipped.items())) + "[/dim]")
+    for g in diagnosis.guesses:
+        taken = g["taken_for"] or "kept apart, meaning unknown"
+        console.print(f"[dim]name read by guess: {escape(g['name'])} -> {escape(taken)}: {escape(g['why'])}[/dim]")
     if diagnosis.evaluation:
         console.print("[dim]evaluation metrics (kept apart): " + escape(", ".join(diagnosis.evaluation)) + "[/dim]")
     if diagnosis.unknown_metrics:

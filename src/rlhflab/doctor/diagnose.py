@@ -24,7 +24,8 @@ def diagnose(table: MetricTable, rules: tuple[Rule, ...] = RULES,
     """Findings sorted by severity then onset; rules lacking a metric are listed as skipped."""
     diagnosis = Diagnosis(table.source, unknown_metrics=list(table.unknown), notes=list(table.notes),
                           trainer=table.settings.trainer, format=table.format, vocabulary=dict(table.vocabulary),
-                          verifiable=table.verifiable, evaluation=list(table.evaluation))
+                          verifiable=table.verifiable, evaluation=list(table.evaluation),
+                          guesses=list(table.guesses))
     diagnosis.steps = table.steps_read
     diagnosis.coverage = coverage(table, rules)
     for rule in rules:
@@ -124,6 +125,7 @@ def diagnosis_json(diagnosis: Diagnosis) -> dict:
             for f in diagnosis.findings
         ],
         "skipped_rules": diagnosis.skipped,
+        "name_guesses": diagnosis.guesses,
         "unknown_metrics": diagnosis.unknown_metrics,
         "evaluation_metrics": diagnosis.evaluation,
         "notes": diagnosis.notes,

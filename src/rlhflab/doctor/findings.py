@@ -118,6 +118,7 @@ class Diagnosis:
     verifiable: bool = False  # `rlhflab verify` can rerun the run
     coverage: dict[str, Coverage] = field(default_factory=dict)  # symptom family -> what could be checked
     evaluation: list[str] = field(default_factory=list)  # evaluation series, kept apart
+    guesses: list[dict] = field(default_factory=list)  # names read by spelling: name, taken_for, why
 
     @property
     def healthy(self) -> bool:

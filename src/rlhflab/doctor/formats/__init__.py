@@ -21,6 +21,7 @@ from rlhflab.doctor.formats import (
     hf_console,
     mlflow,
     nemo_rl,
+    notebook,
     openrlhf,
     rlhflab,
     table,
@@ -30,7 +31,9 @@ from rlhflab.doctor.formats import (
     trlx,
     verl,
     wandb_csv,
+    wandb_run,
 )
+from rlhflab.doctor.formats.resolver import resolve
 from rlhflab.doctor.formats.spec import (
     CANONICAL,
     Column,
@@ -54,8 +57,8 @@ DIALECTS_BY_NAME: dict[str, Dialect] = {d.name: d for d in DIALECTS}
 # Tried in this order: the most specific recognisers first (a console capture can hold
 # a printed dict and a veRL line; plain CSV/JSONL comes last).
 FORMATS: tuple[LogFormat, ...] = (
-    rlhflab.FORMAT, trainer_state.FORMAT, tensorboard.FORMAT, mlflow.FORMAT, verl.JSONL, wandb_csv.FORMAT,
-    verl.CONSOLE, deepspeed_chat.FORMAT, hf_console.FORMAT, table.FORMAT,
+    rlhflab.FORMAT, trainer_state.FORMAT, wandb_run.FORMAT, tensorboard.FORMAT, mlflow.FORMAT, verl.JSONL, wandb_csv.FORMAT,
+    notebook.FORMAT, verl.CONSOLE, deepspeed_chat.FORMAT, hf_console.FORMAT, table.FORMAT,
 )
 BY_NAME: dict[str, LogFormat] = {f.name: f for f in FORMATS}
 
@@ -91,7 +94,7 @@ def read_log(path: Path, mapping: UserMapping | None = None, format_name: str | 
     fmt = get_format(format_name) if format_name else detect_format(path)
     mapping = mapping or UserMapping()
     with _collector_paused():
-        return build_table(fmt.read(path, mapping), fmt, mapping, str(path), DIALECTS_BY_NAME)
+        return build_table(fmt.read(path, mapping), fmt, mapping, str(path), DIALECTS_BY_NAME, guess=resolve)
 
 
 def read_history(rows: list[dict], arguments: object | None = None, mapping: UserMapping | None = None,

@@ -44,6 +44,16 @@ def _parse_dict(text: str) -> dict[str, Any] | None:
     return {k: number for k, v in value.items() if (number := _number(v)) is not None}
 
 
+# Names a transformers/TRL trainer's logged dict holds: a dict with none of them is
+# another process's print (a model config, a sampling setting), not a logging step.
+TRAINER_NAMES = frozenset({"loss", "grad_norm", "learning_rate"}).union(
+    *(d.columns for d in trl.DIALECTS), *(d.ignored for d in trl.DIALECTS), trl.TRAINER_BOOKKEEPING)
+
+
+def is_trainer_dict(row: dict[str, Any]) -> bool:
+    return any(key in TRAINER_NAMES or key.startswith(("rewards/", *trl.EVAL_PREFIXES)) for key in row)
+
+
 def _number(value: object) -> float | None:
     """A logged value: a number, or (transformers 5 prints them so) a number as text. A
     printed `None` is no value (a config dict's unset field), unlike a printed `nan`."""
@@ -82,20 +92,28 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
         segments = re.split(r"[\r\n]", plain(handle.read()))
     total = training_bar_total(segments)
     bar_step: int | None = None
+    lowest: int | None = None  # the lowest count the bar showed since the last dict
     for segment in segments:
         for match in _BAR.finditer(segment):
             if int(match.group(2)) == total:
                 bar_step = int(match.group(1))
+                lowest = bar_step if lowest is None else min(lowest, bar_step)
         for found in _DICT.finditer(segment):
             row = _parse_dict(found.group(0))
-            if row:
-                (evaluation if is_evaluation_row(row) else records).append({**row, _BAR_STEP: bar_step})
-    bar_steps = [r[_BAR_STEP] for r in records if not set(r) <= _SUMMARY]
-    if bar_steps and None not in bar_steps and all(a < b for a, b in zip(bar_steps, bar_steps[1:])):
+            if row and is_trainer_dict(row):
+                (evaluation if is_evaluation_row(row) else records).append({**row, _BAR_STEP: (bar_step, lowest)})
+                lowest = bar_step
+    drawn = [r[_BAR_STEP] for r in records if not set(r) <= _SUMMARY]
+    bar_steps = [step for step, _ in drawn]
+    # tqdm redraws the bar at its count after each print, and at most every 0.1 s as it
+    # moves: two dicts at the same count are two steps the bar did not keep up with, unless
+    # the bar went back between them (a resumed run, whose repeated steps merge).
+    if drawn and None not in bar_steps and all(b[0] != a[0] or b[1] < a[0] for a, b in zip(drawn, drawn[1:])):
         note = (f"each printed dict took its step from the training progress bar (of {total} steps) drawn "
                 "before it")
         for row in records + evaluation:
-            row["step"] = row.pop(_BAR_STEP) if row[_BAR_STEP] is not None else 0
+            step, _ = row.pop(_BAR_STEP)
+            row["step"] = step if step is not None else 0
     else:
         why = ("no training progress bar was drawn before them" if not bar_steps or None in bar_steps else
                "the progress bar was not redrawn between some of them (tqdm redraws at most every 0.1 s)")

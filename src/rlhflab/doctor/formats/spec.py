@@ -96,6 +96,11 @@ class Dialect:
 CANONICAL = Dialect("canonical", "canonical names (docs/metrics.md), or any names with --map")
 
 
+# Reads the names of a log no dialect claims (`resolver.resolve`): names, and each name's
+# numbers -> guesses with `name`, `metric`, `why` and the `column` to read it through.
+Resolver = Callable[[set[str], Callable[[str], list[float]]], list[Any]]
+
+
 @dataclass(frozen=True)
 class LogFormat:
     """A container: how to recognise its files and read their rows, and the dialects its
@@ -109,12 +114,21 @@ class LogFormat:
     dialects: tuple[Dialect, ...] = ()
 
 
-def choose_dialect(names: set[str], candidates: tuple[Dialect, ...]) -> Dialect:
-    """The candidate whose markers the names hold most of (ties: the first), else the
-    first candidate when there is one only, else canonical names."""
+# Marker names a file open to any trainer (a CSV, TensorBoard events) must hold before a
+# trainer's dialect claims it: one name alone (`reward_std`, `policy_loss`, `accuracy`) is
+# as likely a researcher's own loop using a common spelling, whose names the resolver then
+# reads one by one. A file of one trainer family (a trainer_state.json is transformers') needs
+# one to tell that family's trainers apart.
+MIN_MARKERS = 2
+
+
+def choose_dialect(names: set[str], candidates: tuple[Dialect, ...], min_markers: int = 1) -> Dialect:
+    """The candidate whose markers the names hold most of, at least `min_markers` of them
+    (ties: the first), else the first candidate when there is one only, else canonical
+    names."""
     if len(candidates) == 1:
         return candidates[0]
-    best, hits = CANONICAL, 0
+    best, hits = CANONICAL, min_markers - 1
     for dialect in candidates:
         stripped = {_strip(n, dialect.prefixes) for n in names}
         count = len(dialect.markers & (names | stripped))
@@ -190,21 +204,31 @@ def _resolve_fallbacks(table: MetricTable, plan: _NamePlan) -> None:
 
 
 def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str,
-                dialects: Mapping[str, Dialect] | None = None) -> MetricTable:
+                dialects: Mapping[str, Dialect] | None = None, guess: Resolver | None = None) -> MetricTable:
     """Rename, merge, scale and convert a format's rows into a `MetricTable` in the
     dialect of the trainer that wrote them. A column the user maps is read even when the
     dialect ignores it. A step logged twice (a resumed run, one line per rank) keeps its
-    last value of each metric, and the table says how many steps repeated."""
+    last value of each metric, and the table says how many steps repeated. A log no
+    dialect claims has its names read by `guess` (`resolver.resolve`), each guess kept on
+    the table; the user's mapping overrides them."""
     step_key = mapping.step_key or raw.step_key
     names = {name for record in raw.records for name in record} - {step_key}
     dialects = dialects or {}
     if raw.dialect in dialects:
         dialect = dialects[raw.dialect]
     else:
-        dialect = choose_dialect(names, fmt.dialects or tuple(dialects.values()) or (CANONICAL,))
-    columns = {**dialect.columns, **mapping.columns}
+        dialect = choose_dialect(names, fmt.dialects or tuple(dialects.values()) or (CANONICAL,),
+                                 1 if fmt.dialects else MIN_MARKERS)
+    guesses = []
+    if guess is not None and dialect is CANONICAL:
+        unclaimed = names - set(mapping.columns) - KNOWN
+        guesses = [g for g in guess(unclaimed, lambda name: _numbers(raw.records, name))]
+    guessed = {g.name: g.column for g in guesses if g.column is not None}
+    columns = {**dialect.columns, **guessed, **mapping.columns}
     ignored = _ignored_names(names | {raw.step_key}, dialect, raw.step_key) - set(mapping.columns) - {step_key}
     plan = _plan_names(names - ignored, columns, dialect)
+    plan.evaluation |= {metric for name, metric in plan.rename.items() if name in guessed
+                        and metric.startswith(EVAL_PREFIX)}
     ignored = ignored | _drop_collisions(plan.rename, raw.records, set(mapping.columns), raw.notes)
     _check_steps(raw.records, step_key, source)
     scales = {name: columns[k].scale for name in plan.rename
@@ -222,6 +246,7 @@ def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str,
         table.notes.append(f"{repeated} step(s) were logged more than once (a resumed run, or one line per "
                            "process): the last value of each metric was kept")
     table.evaluation = sorted(plan.evaluation)
+    table.guesses = [{"name": g.name, "taken_for": g.metric, "why": g.why} for g in guesses]
     table.estimators = plan.estimators
     table.format, table.vocabulary, table.verifiable = fmt.name, dict(dialect.vocabulary), dialect.verify
     unknown_settings = set(raw.settings) - set(SETTING_NAMES)
@@ -281,6 +306,11 @@ def _drop_collisions(rename: dict[str, str], records: list[dict[str, Any]], pref
         notes.append(f"{metric.removeprefix(_FALLBACK)} read from {kept}; also mapped to it and not read: "
                      f"{', '.join(others)}")
     return dropped
+
+
+def _numbers(records: list[dict[str, Any]], name: str) -> list[float]:
+    """The finite numbers a name holds, in row order."""
+    return [float(v) for r in records if _finite(v := r.get(name))]
 
 
 def _finite(value: Any) -> bool:

@@ -17,7 +17,8 @@ from rlhflab.doctor.formats.spec import LogFormat, LogFormatError, RawLog, UserM
 from rlhflab.doctor.formats.text import json_objects
 
 SUFFIXES = (".csv", ".jsonl")
-STEP_NAMES = ("step", "Step", "_step", "global_step", "train/global_step", "iteration", "iter", "trainer/global_step")
+STEP_NAMES = ("step", "Step", "_step", "global_step", "train/global_step", "iteration", "iter", "trainer/global_step",
+              "update", "updates")
 
 
 def _recognise(path: Path) -> bool:
@@ -78,10 +79,10 @@ def _whole_steps(records: list[dict[str, Any]], step_key: str, path: Path) -> No
 
 
 def _read(path: Path, mapping: UserMapping) -> RawLog:
-    records = [row for _, row in json_objects(path)] if _is_jsonl(path) else _read_csv(path)
+    notes: list[str] = []
+    records = [row for _, row in json_objects(path, notes)] if _is_jsonl(path) else _read_csv(path)
     names = {k for r in records for k in r}
     step_key = mapping.step_key or next((n for n in STEP_NAMES if n in names), None)
-    notes = []
     if step_key is None:
         step_key = "step"
         notes.append(f"no step column ({', '.join(STEP_NAMES[:4])}, ...; name one with --map THEIRS=step): "

@@ -24,9 +24,11 @@ def plain(line: str) -> str:
     return ANSI.sub("", line.replace("\0", ""))
 
 
-def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def json_objects(path: Path, notes: list[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of each non-blank line of a JSONL file; anything but a JSON
-    object on a line is an error naming the file and the line."""
+    object on a line is an error naming the file and the line, except a last line cut
+    before its end (a run still writing, or stopped mid-line), which is left out and said
+    in `notes`."""
     try:
         with Path(path).open(encoding="utf-8") as handle:
             for number, line in enumerate(handle, start=1):
@@ -35,6 +37,10 @@ def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as err:
+                    if not line.endswith("\n") and notes is not None:
+                        notes.append(f"line {number} is cut before its end (a run still writing, or stopped "
+                                     "mid-line): not read")
+                        return
                     raise LogFormatError(f"{path}:{number}: invalid JSON ({err.msg})") from None
                 except RecursionError:
                     raise LogFormatError(f"{path}:{number}: JSON nested too deeply") from None

@@ -174,7 +174,9 @@ def settings_from_config(config: dict) -> dict[str, Any]:
 
 def _read_console(path: Path, mapping: UserMapping) -> RawLog:
     """Every `step:N - ...` line (anywhere in a console capture) and the config the driver
-    prints at start (its continuation lines are those with the same Ray tag)."""
+    prints at start (its continuation lines are those with the same Ray tag, up to the
+    first step line: a config whose braces never balance, cut or holding a template's
+    braces in a string, must not swallow the steps)."""
     records: list[dict[str, Any]] = []
     settings: dict[str, Any] = {}
     config_lines: list[str] | None = None
@@ -185,6 +187,8 @@ def _read_console(path: Path, mapping: UserMapping) -> RawLog:
             tag_match = _RAY_TAG.match(bare)
             tag = tag_match.group(0) if tag_match else ""
             line = bare[len(tag):]
+            if config_lines is not None and tag == config_tag and parse_step_line(line) is not None:
+                config_lines = None  # a step line ends a printed config whose braces never balanced
             if config_lines is not None and tag == config_tag:
                 config_lines.append(line)
                 text = "\n".join(config_lines)
@@ -235,7 +239,12 @@ def _recognise_jsonl(path: Path) -> bool:
     if not path.is_file() or path.suffix not in (".jsonl", ".json", ".log", ""):
         return False
     with path.open("rb") as handle:
-        first = handle.readline(1 << 20).decode("utf-8", errors="replace")
+        first = b""
+        for _ in range(100):  # the first line that is not blank
+            first = handle.readline(1 << 20)
+            if first.strip() or not first:
+                break
+        first = first.decode("utf-8", errors="replace")
     try:
         row = json.loads(first)
     except json.JSONDecodeError:
@@ -244,15 +253,16 @@ def _recognise_jsonl(path: Path) -> bool:
 
 
 def _read_jsonl(path: Path, mapping: UserMapping) -> RawLog:
-    records = []
-    for number, row in json_objects(path):
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for number, row in json_objects(path, notes):
         if not isinstance(row.get("data"), dict):
             raise LogFormatError(f"{path}:{number}: expected {{\"step\": N, \"data\": {{...}}}} (veRL's file logger)")
         step = row.get("step")
         if isinstance(step, bool) or not isinstance(step, int):
             raise LogFormatError(f"{path}:{number}: step {step!r} is not a whole number")
         records.append({**row["data"], "step": step})
-    return RawLog(records, dialect=DIALECT.name)
+    return RawLog(records, dialect=DIALECT.name, notes=notes)
 
 
 JSONL = LogFormat(

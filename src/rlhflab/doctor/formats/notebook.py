@@ -1,0 +1,147 @@
+"""The progress table a transformers trainer renders in a Jupyter or Colab notebook
+(`transformers.utils.notebook.NotebookProgressCallback`): an HTML table under the progress
+bar, in a saved `.ipynb` (its `text/html` outputs) or in HTML copied out of one.
+
+`text_to_html_table` writes `<table border="1" class="dataframe">`, a header row of `<th>`
+and one `<tr>` of `<td>` per logged row; floats as `{:.6f}`, and a cell a row has no value
+for as "No Log" (`write_line`) or "No log" (an evaluation row's training loss). The first
+column is `Step` (or `Epoch` when evaluating per epoch). Without evaluation a row holds
+the training loss only, unless a library adds the trainer's metrics (Unsloth shows TRL's
+names with `/` written ` / `); with evaluation the other columns are evaluation metrics
+(`eval_x_y` shown as `X Y`, `eval_loss` as `Validation Loss`). Each `trainer.train()` call
+renders a new table, so a resumed run is several: their rows are read in order, and a
+step shown twice keeps its last values.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from rlhflab.doctor.formats import trl
+from rlhflab.doctor.formats.spec import LogFormat, LogFormatError, RawLog, UserMapping
+from rlhflab.doctor.formats.text import open_text
+
+_TABLE = re.compile(r"<table[^>]*class=\"dataframe\"[^>]*>(.*?)</table>", re.DOTALL | re.IGNORECASE)
+_ROW = re.compile(r"<tr[^>]*>(.*?)</tr>", re.DOTALL | re.IGNORECASE)
+_CELL = re.compile(r"<t([hd])[^>]*>(.*?)</t[hd]>", re.DOTALL | re.IGNORECASE)
+_TAG = re.compile(r"<[^>]+>")
+NO_VALUE = {"", "no log", "nan"}  # cells shown for a row without that metric
+FIRST_COLUMNS = {"step": "step", "epoch": "epoch"}
+# The columns NotebookProgressCallback names itself; the others are the logged names.
+OWN_NAMES = {"training loss": "loss", "validation loss": "eval_loss"}
+
+
+def _html_of(path: Path) -> str:
+    """The HTML a notebook's outputs hold (every `text/html` output, in cell order), or the
+    file's own text for HTML copied out of a notebook."""
+    with open_text(path) as handle:
+        text = handle.read()
+    if path.suffix != ".ipynb":
+        return text
+    try:
+        notebook = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise LogFormatError(f"{path}:{err.lineno}: invalid notebook JSON ({err.msg})") from None
+    parts = []
+    for cell in notebook.get("cells", []) if isinstance(notebook, dict) else []:
+        for output in cell.get("outputs", []) if isinstance(cell, dict) else []:
+            data = output.get("data", {}) if isinstance(output, dict) else {}
+            value = data.get("text/html") if isinstance(data, dict) else None
+            parts.append("".join(value) if isinstance(value, list) else value if isinstance(value, str) else "")
+    return "\n".join(parts)
+
+
+def _cells(row: str) -> list[tuple[str, str]]:
+    return [(kind, html.unescape(_TAG.sub("", text)).strip()) for kind, text in _CELL.findall(row)]
+
+
+def _number(text: str) -> float | None:
+    if text.lower() in NO_VALUE:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _column_name(header: str, evaluating: bool) -> str:
+    """A header as the logged name: the callback's own names mapped back, Unsloth's ` / `
+    joined; with evaluation, a column the callback built from `eval_x_y` is `eval_x_y`."""
+    lowered = header.lower()
+    if lowered in OWN_NAMES:
+        return OWN_NAMES[lowered]
+    name = header.replace(" / ", "/")
+    if evaluating:
+        return "eval_" + "_".join(name.lower().split())
+    return name
+
+
+def training_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """(header, rows) of each progress table in `text`: tables whose first column is Step
+    or Epoch and that show a training loss."""
+    tables = []
+    for body in _TABLE.findall(text):
+        rows = [_cells(r) for r in _ROW.findall(body)]
+        if not rows or not rows[0] or any(kind != "h" for kind, _ in rows[0]):
+            continue
+        header = [text for _, text in rows[0]]
+        if header[0].lower() not in FIRST_COLUMNS or "training loss" not in (h.lower() for h in header):
+            continue
+        tables.append((header, [[text for _, text in cells] for cells in rows[1:] if cells]))
+    return tables
+
+
+def _read(path: Path, mapping: UserMapping) -> RawLog:
+    tables = training_tables(_html_of(path))
+    if not tables:
+        raise LogFormatError(f"{path}: no trainer progress table (a <table class=\"dataframe\"> whose first column is "
+                             "Step or Epoch, with a Training Loss column)")
+    records: list[dict[str, Any]] = []
+    evaluation: list[dict[str, Any]] = []
+    for header, rows in tables:
+        evaluating = any(h.lower() == "validation loss" for h in header)
+        step_key = FIRST_COLUMNS[header[0].lower()]
+        names = [step_key] + [_column_name(h, evaluating) for h in header[1:]]
+        for number, cells in enumerate(rows, start=1):
+            step = _number(cells[0]) if cells else None
+            if step is None or step != int(step):
+                raise LogFormatError(f"{path}: table row {number}: {header[0]} {cells[0] if cells else ''!r} is not a "
+                                     "whole number")
+            values = {name: value for name, text in zip(names[1:], cells[1:]) if (value := _number(text)) is not None}
+            training = {k: v for k, v in values.items() if not k.startswith(trl.EVAL_PREFIXES)}
+            held_out = {k.removeprefix("eval_"): v for k, v in values.items() if k.startswith(trl.EVAL_PREFIXES)}
+            if training:
+                records.append({"step": int(step), **training})
+            if held_out:
+                evaluation.append({"step": int(step), **held_out})
+    notes = [f"read from {len(tables)} progress tables (a run trained again or resumed): a step shown twice keeps "
+             "its last values"] if len(tables) > 1 else []
+    if records and all(set(r) <= {"step", "epoch", "loss"} for r in records):
+        notes.append("the table shows the training loss only (transformers' notebook callback writes no other "
+                     "training metric): the trainer's trainer_state.json or logger holds them")
+    return RawLog(records, notes=notes, eval_records=evaluation, step_key="step")
+
+
+def _recognise(path: Path) -> bool:
+    if not path.is_file() or path.suffix not in (".ipynb", ".html", ".htm", ".md", ".txt", ""):
+        return False
+    with path.open("rb") as handle:
+        head = handle.read(8 << 20).decode("utf-8", errors="replace")
+    if "dataframe" not in head:
+        return False
+    text = head.replace('\\"', '"').replace("\\n", "\n") if path.suffix == ".ipynb" else head
+    return bool(training_tables(text))
+
+
+FORMAT = LogFormat(
+    name="notebook-table",
+    description="the HTML progress table a transformers trainer renders in a Jupyter/Colab notebook (.ipynb, or "
+                "its HTML copied out)",
+    recognise=_recognise,
+    read=_read,
+    dialects=trl.DIALECTS,
+)
