@@ -49,8 +49,8 @@ runs = st.tuples(st.integers(12, 60), st.integers(0, 6), st.booleans(), st.integ
 
 
 # --- veRL console -----------------------------------------------------------------------------
-def verl_line(step: int) -> str:
-    return (f"{RAY} step:{step} - critic/score/mean:{0.1 + 0.001 * step:.4f} - critic/kl:{0.001 * step:.5f} - "
+def verl_line(step: int, tag: str = RAY) -> str:
+    return (f"{tag} step:{step} - critic/score/mean:{0.1 + 0.001 * step:.4f} - critic/kl:{0.001 * step:.5f} - "
             f"actor/entropy_loss:{1.2 - 0.001 * step:.4f} - response_length/mean:{200 + step} - "
             f"actor/pg_clipfrac:0.002 - timing_s/gen:np.float64(3.21)")
 
@@ -60,11 +60,12 @@ def verl_line(step: int) -> str:
 def test_verl_console_reads_every_step(tmp_path_factory, run):
     n, resume, cut, seed = run
     rng = random.Random(seed)
-    config = [f"{RAY} {{'actor_rollout_ref': {{'model': {{'path': 'Qwen/Qwen2.5-0.5B', 'chat_template': "
+    tag = rng.choice([RAY, ""])  # the driver's Ray tag, or none (launched without Ray's log prefix)
+    config = [f"{tag} {{'actor_rollout_ref': {{'model': {{'path': 'Qwen/Qwen2.5-0.5B', 'chat_template': "
               "'{% for m in messages %}{{ m.content }}'"]  # braces in a string: never balance
-    lines = config + [verl_line(s) for s in plan(n, resume)]
+    lines = [line.lstrip() for line in config + [verl_line(s, tag) for s in plan(n, resume)]]
     if cut:
-        lines.append(f"{RAY} step:{n + 1} - crit")
+        lines.append(f"{tag} step:{n + 1} - crit".lstrip())
     noise = [TRACEBACK, [f"{WORKER} {OTHER_PRINTS[rng.randrange(4)]}"], [f"{RAY} Training Progress:  12%|#2  | "
                                                                            f"{rng.randrange(n)}/{n} [00:10<01:02]"]]
     path = tmp_path_factory.mktemp("verl") / "driver.log"
@@ -173,3 +174,46 @@ def test_csv_and_mlflow_read_every_step_of_a_resumed_run(tmp_path_factory, run):
         (run_dir / "metrics" / name).write_text("".join(f"{1700000000000 + s} {0.1 * s} {s}\n" for s in steps))
     table = read_log(run_dir)
     assert table.format == "mlflow" and table.steps_read == n
+
+
+# --- TensorBoard events, a W&B panel export, an rlhflab run --------------------------------------
+@EXAMPLES
+@given(run=runs)
+def test_tensorboard_and_a_wandb_export_read_every_step_of_a_resumed_run(tmp_path_factory, run):
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    n, resume, _, _ = run
+    steps = plan(n, resume)
+    folder = tmp_path_factory.mktemp("tb")
+    for part, chunk in enumerate((steps[: len(steps) // 2], steps[len(steps) // 2 :])):  # a resumed run: two files
+        writer = EventFileWriter(str(folder / "run"), filename_suffix=f".{part}")
+        for s in chunk:
+            for tag, value in (("objective/kl", 0.1 * s), ("objective/scores", 0.01 * s), ("objective/entropy", 30.0),
+                               ("policy/approxkl_avg", 0.01)):
+                writer.add_event(Event(wall_time=1.7e9 + s, step=s, summary=Summary(value=[
+                    Summary.Value(tag=tag, simple_value=value)])))
+        writer.close()
+    assert read_log(folder / "run").steps_read == n
+    export = folder / "wandb_export.csv"
+    run_name = "grpo-0412"
+    export.write_text(f"Step,{run_name} - train/reward,{run_name} - train/reward__MIN,{run_name} - train/reward__MAX,"
+                      f"{run_name} - train/kl\n" + "".join(f"{s},{0.1 * s},{0.1 * s},{0.1 * s},0.01\n" for s in steps))
+    table = read_log(export)
+    assert table.format == "wandb-csv" and table.steps_read == n
+
+
+@EXAMPLES
+@given(run=runs)
+def test_an_rlhflab_run_reads_every_step_of_a_resumed_run(tmp_path_factory, run):
+    n, resume, cut, _ = run
+    folder = tmp_path_factory.mktemp("rlhflab")
+    (folder / "metrics").mkdir()
+    lines = [json.dumps({"step": s, "reward/proxy_mean": 0.1 * s, "kl/mean": 0.5, "policy/entropy": 1.0})
+             for s in plan(n, resume)]
+    text = "\n".join(lines) + "\n" + (lines[-1][:9] if cut else "")
+    (folder / "metrics" / "ppo.jsonl").write_text(text)
+    (folder / "config.toml").write_text("seed = 0\n")
+    table = read_log(folder)
+    assert table.format == "rlhflab" and table.steps_read == n

@@ -12,7 +12,8 @@ import tomllib
 
 from rlhflab.doctor.causes import CheckupVerdict
 from rlhflab.doctor.formats.spec import Dialect, LogFormat, LogFormatError, RawLog, UserMapping
-from rlhflab.runs import RunDir, read_jsonl
+from rlhflab.doctor.formats.text import json_objects
+from rlhflab.runs import RunDir
 
 # config.toml key -> RunSettings field; read both ways (settings, and fixes as overrides).
 CONFIG_KEYS = {
@@ -67,14 +68,12 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
     run = RunDir(Path(path))
     if not run.metrics("ppo").is_file():
         raise LogFormatError(f"{run.metrics('ppo')}: not found; is {path} an rlhflab run directory?")
-    try:
-        records = read_jsonl(run.metrics("ppo"))
-        for stage, prefix in STAGE_PREFIXES.items():
-            if run.metrics(stage).is_file():
-                records += [{k: v for k, v in r.items() if k == "step" or k.startswith(prefix)}
-                            for r in read_jsonl(run.metrics(stage))]
-    except ValueError as err:
-        raise LogFormatError(str(err)) from None
+    notes: list[str] = []  # a run killed mid-write ends in a cut line: read up to it, and said
+    records = [r for _, r in json_objects(run.metrics("ppo"), notes)]
+    for stage, prefix in STAGE_PREFIXES.items():
+        if run.metrics(stage).is_file():
+            records += [{k: v for k, v in r.items() if k == "step" or k.startswith(prefix)}
+                        for _, r in json_objects(run.metrics(stage), notes)]
     settings: dict[str, Any] = {}
     if run.config.is_file():
         try:
@@ -86,7 +85,7 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
         limit = reward_train_max(json.loads(rm_config.read_text()))
         if limit is not None:
             settings["reward_train_max"] = limit
-    return RawLog(records, settings)
+    return RawLog(records, settings, notes=notes)
 
 
 DIALECT = Dialect(
