@@ -730,3 +730,57 @@ def test_the_penalty_identity_holds_exactly_in_a_log_written_by_trl_ppo():
     table.settings = replace(table.settings, kl_coef=0.1)
     finding = next(f for f in diagnose(table).findings if f.rule == "kl_penalty_mismatch")
     assert finding.evidence[0].observed["times_the_kl"] == pytest.approx(0.5, rel=1e-4)
+
+
+# --- training-inference mismatch --------------------------------------------------------------
+def with_mismatch(records, metric, healthy, bad=None, start=40, seed=0):
+    """`metric` at its healthy level with 10% noise on its distance from a perfect match (1
+    for a ratio, else 0), and `bad(k)` from `start` on when given."""
+    rng = random.Random(seed)
+    perfect = 1.0 if metric in ("mismatch/prob_ratio_error", "mismatch/is_ratio_mean") else 0.0
+    for r in records:
+        k = r["step"] - start
+        r[metric] = bad(k) if bad is not None and k >= 0 else perfect + (healthy - perfect) * (1 + 0.1 * rng.gauss(0, 1))
+    return records
+
+
+@firing_trace("sampler_mismatch")
+def verl_probability_difference_past_its_faq_limit():
+    """veRL's FAQ: training/rollout_probs_diff_mean below 0.005 normally, above 0.01 a precision issue."""
+    records = with_mismatch(healthy_records(3), "mismatch/prob_abs_diff", 0.003, lambda k: 0.004 + 0.001 * k)
+    return Trace(table_of(records, trainer="verl"), "sampler_mismatch", 46, tolerance=8)
+
+
+@firing_trace("sampler_mismatch")
+def nemo_rl_multiplicative_error_past_105():
+    records = with_mismatch(healthy_records(4), "mismatch/prob_ratio_error", 1.01, lambda k: 1.02 + 0.004 * k)
+    return Trace(table_of(records, trainer="nemo-rl"), "sampler_mismatch", 48, tolerance=8)
+
+
+@firing_trace("sampler_mismatch")
+def verl_importance_weights_far_below_one():
+    records = with_mismatch(healthy_records(5), "mismatch/is_ratio_mean", 1.0, lambda k: max(0.2, 0.95 - 0.02 * k))
+    return Trace(table_of(records, trainer="verl"), "sampler_mismatch", 64, tolerance=8)
+
+
+@pytest.mark.parametrize("trainer, metric, level", [
+    ("verl", "mismatch/prob_abs_diff", 0.003),  # under the FAQ's normal 0.005
+    ("verl", "mismatch/kl", 0.002), ("verl", "mismatch/is_ratio_mean", 1.0),
+    ("nemo-rl", "mismatch/prob_ratio_error", 1.02),  # NeMo-RL's table of observed values: 1.01-1.04
+    ("nemo-rl", "mismatch/kl", 3e-4), ("slime", "mismatch/logp_abs_diff", 0.02),
+    ("trl-grpo", "mismatch/logp_abs_diff", 0.5),  # TRL publishes no limit: read, not judged
+])
+def test_a_mismatch_within_its_trainers_published_limit_is_no_finding(trainer, metric, level):
+    records = with_mismatch(healthy_records(6), metric, level)
+    assert "sampler_mismatch" not in fired(table_of(records, trainer=trainer))
+
+
+def test_a_single_spike_past_the_limit_is_not_a_finding_and_the_fix_is_in_the_trainers_keys():
+    spike = with_mismatch(healthy_records(7), "mismatch/prob_ratio_error", 1.01)
+    spike[50]["mismatch/prob_ratio_error"] = 1.2  # NeMo-RL: investigate spikes; a trend is the problem
+    assert "sampler_mismatch" not in fired(table_of(spike, trainer="nemo-rl"))
+    table = verl_probability_difference_past_its_faq_limit().table
+    finding = next(f for f in diagnose(table).findings if f.rule == "sampler_mismatch")
+    assert finding.severity == "high" and finding.causes[0].component == "logprob_bookkeeping"
+    from rlhflab.doctor.formats import render_fix
+    assert render_fix(table.vocabulary, finding.fix)["changes"] == ["algorithm.rollout_correction.rollout_is=true"]

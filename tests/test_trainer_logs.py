@@ -89,8 +89,10 @@ def test_openrlhf_wandb_export_reads_means_not_their_range_and_flags_the_run():
     assert not [n for n in table.unknown if "__M" in n]
     assert table.get("kl/mean") is not None  # per token x response length
     assert diagnosis.verdict == "finding"
-    assert any(c.startswith("--init_kl_coef") or "--init_kl_coef" in c
+    # fixes in OpenRLHF's flags since v0.10.2 (dotted), the flat ones of older releases in a note
+    assert any(c.startswith("--algo.kl.init_coef")
                for f in diagnosis_json(diagnosis)["findings"] for c in (f["fix"] or {}).get("changes", []))
+    assert any("--algo.kl.init_coef = --init_kl_coef" in note for note in table.notes)
 
 
 def test_nemo_rl_mlflow_run_maps_validation_accuracy_to_the_truth():

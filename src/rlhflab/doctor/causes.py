@@ -145,6 +145,20 @@ def penalty_accounting(table: MetricTable) -> Cause:
                  None)
 
 
+def sampler_mismatch(table: MetricTable) -> Cause:
+    return Cause("logprob_bookkeeping", "the inference engine's logprobs are not the trainer's for the same tokens "
+                                        "(the engine's precision or kernels, weights synced late or not at all, a "
+                                        "stale sampler): the update treats off-policy samples as on-policy",
+                 Fix((Change("importance_sampling_correction", "set", True),),
+                     "weight the loss by the trainer/sampler ratio (truncated importance sampling), and find the "
+                     "mismatch's source: the engine's dtype and kernels, the weight sync"))
+
+
+def sampler_settings(table: MetricTable) -> Cause:
+    return Cause("sampling", "the sampler draws from another distribution than the trainer scores (its temperature, "
+                             "top-k or top-p, a chat template or stop tokens applied on one side only)", None)
+
+
 def coefficient_ignored(table: MetricTable) -> Cause:
     return Cause("kl_control", "the trainer's KL coefficient is not the configured one: the setting is ignored, or a "
                                "controller that should be fixed moves it", None)

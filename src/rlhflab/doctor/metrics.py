@@ -25,6 +25,15 @@ PPO_METRICS: dict[str, Unit] = {
 OTHER_TRAINERS_METRICS: dict[str, Unit] = {
     "kl/token_mean": "nats/token", "response/truncated_frac": "fraction", "reward/zero_std_frac": "fraction",
 }
+# How far the inference engine's logprobs are from the trainer's for the same sampled tokens
+# (the training-inference mismatch), each quantity in the unit its trainers log it in.
+MISMATCH_METRICS: dict[str, Unit] = {
+    "mismatch/logp_abs_diff": "nats/token",  # mean |logp_trainer - logp_sampler| over response tokens
+    "mismatch/prob_abs_diff": "value",  # mean |p_trainer - p_sampler| (a probability difference)
+    "mismatch/kl": "nats/token",  # a per-token KL estimate between sampler and trainer (estimator as logged)
+    "mismatch/prob_ratio_error": "value",  # mean exp(|logp_trainer - logp_sampler|): 1 is a perfect match
+    "mismatch/is_ratio_mean": "value",  # mean importance ratio pi_trainer / pi_sampler: 1 is a perfect match
+}
 # Logged by rlhflab beyond the canonical set; known, so never reported as unknown.
 EXTRA_METRICS: dict[str, Unit] = {
     "reward/score_mean": "value", "reward/length_corr": "value", "response/identical_frac": "fraction",
@@ -38,7 +47,8 @@ REWARD_METRICS: dict[str, Unit] = {
 PRETRAIN_METRICS: dict[str, Unit] = {"lm/train_loss": "value", "lm/val_loss": "value",
                                      "lm/grammatical_rate": "fraction"}
 
-CANONICAL: dict[str, Unit] = PPO_METRICS | OTHER_TRAINERS_METRICS | EXTRA_METRICS | REWARD_METRICS | PRETRAIN_METRICS
+CANONICAL: dict[str, Unit] = (PPO_METRICS | OTHER_TRAINERS_METRICS | MISMATCH_METRICS | EXTRA_METRICS | REWARD_METRICS
+                              | PRETRAIN_METRICS)
 KNOWN = frozenset(CANONICAL)
 # Evaluation metrics (a trainer's `eval_*` rows) are kept under this prefix, apart from
 # the training series they share names with.

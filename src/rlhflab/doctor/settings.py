@@ -57,6 +57,9 @@ class RunSettings:
     """Passes of reward-model training over them."""
     reward_train_max: Optional[float] = None
     """The highest (standardised) score the reward model gave on its own training data."""
+    importance_sampling_correction: Optional[bool] = None
+    """Whether the loss weights tokens by the trainer/sampler probability ratio (truncated
+    importance sampling, Yao et al. 2025) to correct for the inference engine's mismatch."""
     has_gold: bool = False
     """Whether the log holds a gold or held-out evaluation signal (`reward/gold_mean`)."""
 

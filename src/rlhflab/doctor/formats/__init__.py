@@ -17,15 +17,21 @@ from pathlib import Path
 
 from rlhflab.doctor.findings import Change, Diagnosis, Finding, Fix
 from rlhflab.doctor.formats import (
+    areal,
     deepspeed_chat,
     hf_console,
     mlflow,
     nemo_rl,
     notebook,
     openrlhf,
+    prime_rl,
     rlhflab,
+    roll,
+    skyrl,
+    slime,
     table,
     tensorboard,
+    torchforge,
     trainer_state,
     trl,
     trlx,
@@ -50,7 +56,8 @@ from rlhflab.doctor.table import MetricTable
 # Every trainer's vocabulary; containers that do not know their trainer choose among these.
 DIALECTS: tuple[Dialect, ...] = (
     rlhflab.DIALECT, *trl.DIALECTS, verl.DIALECT, openrlhf.DIALECT, nemo_rl.DIALECT, trlx.DIALECT,
-    deepspeed_chat.DIALECT, CANONICAL,
+    deepspeed_chat.DIALECT, prime_rl.DIALECT, slime.DIALECT, areal.DIALECT, skyrl.DIALECT, roll.DIALECT,
+    torchforge.DIALECT, CANONICAL,
 )
 DIALECTS_BY_NAME: dict[str, Dialect] = {d.name: d for d in DIALECTS}
 

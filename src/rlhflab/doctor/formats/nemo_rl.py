@@ -5,7 +5,7 @@ loss metrics from `ClippedPGLossFn` in `nemo_rl/algorithms/loss_functions.py`).
 `kl_penalty` is the per-token mean of the k3 estimator (Schulman 2020) without the
 coefficient; `approx_entropy` a per-token entropy estimate; `gen_kl_error` and
 `token_mult_prob_error` compare the generation engine's logprobs with the trainer's
-(not KL to the reference). `validation/accuracy` is the held-out score.
+(not KL to the reference: `mismatch/*`). `validation/accuracy` is the held-out score.
 """
 
 from __future__ import annotations
@@ -23,12 +23,18 @@ COLUMNS = {
     "mean_gen_tokens_per_sample": Column("response/length_mean"),
     "truncation_rate": Column("response/truncated_frac"),
     "accuracy": Column("reward/gold_mean"),  # validation/accuracy
+    # the generation engine against the trainer (ClippedPGLossFn): exp|logp_train - logp_gen| per token, the
+    # k3 KL of the generation policy to the trainer's, and the IS ratio
+    "token_mult_prob_error": Column("mismatch/prob_ratio_error"),
+    "gen_kl_error": Column("mismatch/kl", estimator="k3"),
+    "sampling_importance_ratio": Column("mismatch/is_ratio_mean"),
 }
 VOCABULARY = {
     "kl_coef": "loss_fn.reference_policy_kl_penalty", "kl_estimator": "loss_fn.reference_policy_kl_type",
     "clip_eps": "loss_fn.ratio_clip_min/ratio_clip_max", "lr": "policy.optimizer.kwargs.lr",
     "response_length": "policy.generation.max_new_tokens", "group_size": "grpo.num_generations_per_prompt",
     "batch_size": "grpo.num_prompts_per_step",
+    "importance_sampling_correction": "loss_fn.use_importance_sampling_correction",
 }
 
 DIALECT = Dialect(
@@ -37,8 +43,8 @@ DIALECT = Dialect(
     columns=COLUMNS,
     markers=frozenset({"kl_penalty", "approx_entropy", "token_mult_prob_error", "gen_kl_error",
                        "mean_gen_tokens_per_sample", "probs_ratio_clamped", "global_valid_toks", "accuracy"}),
-    ignored=frozenset({"timing/*", "ray/*", "probs_ratio_clamped", "probs_ratio_*", "token_mult_prob_error",
-                       "gen_kl_error", "policy_kl_error", "js_divergence_error", "sampling_importance_ratio",
+    ignored=frozenset({"timing/*", "ray/*", "probs_ratio_clamped", "probs_ratio_*", "policy_kl_error",
+                       "js_divergence_error",
                        "num_valid_samples", "global_valid_seqs", "global_valid_toks", "avg_length"}),
     prefixes=("train/", "validation/"),
     vocabulary=VOCABULARY,

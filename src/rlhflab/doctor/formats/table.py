@@ -18,7 +18,7 @@ from rlhflab.doctor.formats.text import json_objects
 
 SUFFIXES = (".csv", ".jsonl")
 STEP_NAMES = ("step", "Step", "_step", "global_step", "train/global_step", "iteration", "iter", "trainer/global_step",
-              "update", "updates")
+              "update", "updates", "train/step")
 
 
 def _recognise(path: Path) -> bool:

@@ -160,11 +160,16 @@ GRPO_COLUMNS = {
     "grad_norm": Column("policy/grad_norm"),
     "learning_rate": Column("lr"),
     "loss": Column("policy/loss"),
+    # vLLM's logprobs against the trainer's (TRL >= 0.23, trl/trainer/grpo_trainer.py, with
+    # vllm_importance_sampling_correction): |difference| per token, and the truncated IS ratio.
+    "sampling/sampling_logp_difference/mean": Column("mismatch/logp_abs_diff"),
+    "sampling/importance_sampling_ratio/mean": Column("mismatch/is_ratio_mean"),
 }
 GRPO_VOCABULARY = {
     "kl_coef": "GRPOConfig.beta", "clip_eps": "GRPOConfig.epsilon", "lr": "GRPOConfig.learning_rate",
     "response_length": "GRPOConfig.max_completion_length", "group_size": "GRPOConfig.num_generations",
     "batch_size": "GRPOConfig.per_device_train_batch_size",
+    "importance_sampling_correction": "GRPOConfig.vllm_importance_sampling_correction",
 }
 REWARD_FUNCTION = ("rewards/", "/mean")
 
@@ -173,7 +178,8 @@ def _grpo_interpret(table: MetricTable, names: frozenset[str]) -> None:
     """What a GRPO/RLOO log tells beyond its values: it logs `kl` only when beta != 0, so a
     log without it had no KL penalty; `clip_ratio/*` is exactly 0 when each batch is
     trained on once (the ratio is 1, nothing to clip), which is not a clue of anything;
-    each reward function's mean (`rewards/<function>/mean`) is kept beside the total."""
+    each reward function's mean (`rewards/<function>/mean`, `rewards/<function>` before
+    TRL 0.17) is kept beside the total."""
     table.settings = replace(table.settings, kl_in_reward=False)  # GRPO's and RLOO's KL is a loss term
     if not any(name.removeprefix("train/") == "kl" for name in names) and table.settings.kl_coef is None:
         table.settings = replace(table.settings, kl_coef=0.0)
@@ -187,8 +193,12 @@ def _grpo_interpret(table: MetricTable, names: frozenset[str]) -> None:
     start, end = REWARD_FUNCTION
     for name in sorted(names):
         bare = name.removeprefix("train/")
-        if bare.startswith(start) and bare.endswith(end) and name in table.series:
-            function = bare[len(start):-len(end)]
+        if not bare.startswith(start) or name not in table.series:
+            continue
+        rest = bare[len(start):]
+        # `rewards/<function>/mean` since TRL 0.17; `rewards/<function>` in 0.14-0.16 (grpo_trainer.py)
+        function = rest[: -len(end)] if rest.endswith(end) else rest if "/" not in rest else None
+        if function:
             series = table.series[REWARD_FUNCTION_PREFIX + function] = table.series.pop(name)
             if name in table.unknown:
                 table.unknown.remove(name)

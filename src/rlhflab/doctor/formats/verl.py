@@ -54,6 +54,13 @@ COLUMNS = {
     "critic/vf_explained_var": Column("value/explained_variance"),
     "response_length/mean": Column("response/length_mean"),
     "response_length/clip_ratio": Column("response/truncated_frac"),
+    # The rollout engine against the trainer (verl/utils/debug/metrics.py: |exp(old logp) - exp(rollout logp)|,
+    # a probability; verl/trainer/ppo/rollout_corr_helper.py, `mismatch/` before v0.6.1).
+    "training/rollout_probs_diff_mean": Column("mismatch/prob_abs_diff"),
+    "rollout_corr/kl": Column("mismatch/kl", estimator="k1"),
+    "mismatch/mismatch_kl": Column("mismatch/kl", estimator="k1", fallback=True),
+    "rollout_corr/rollout_is_mean": Column("mismatch/is_ratio_mean"),
+    "mismatch/rollout_is_mean": Column("mismatch/is_ratio_mean", fallback=True),
 }
 # Validation scores on the held-out test sets: the run's truth where it has one.
 VALIDATION = re.compile(r"^(val/test_score/.+|val-core/.+/(acc|reward)/mean@\d+)$")
@@ -69,7 +76,7 @@ VOCABULARY = {
     "clip_eps": "actor_rollout_ref.actor.clip_ratio", "lr": "actor_rollout_ref.actor.optim.lr",
     "entropy_coef": "actor_rollout_ref.actor.entropy_coeff", "response_length": "data.max_response_length",
     "batch_size": "data.train_batch_size", "group_size": "actor_rollout_ref.rollout.n",
-    "value_clip_eps": "critic.cliprange_value",
+    "value_clip_eps": "critic.cliprange_value", "importance_sampling_correction": "algorithm.rollout_correction.rollout_is",
 }
 KL_LOSS_VOCABULARY = {"kl_coef": "actor_rollout_ref.actor.kl_loss_coef",
                       "kl_estimator": "actor_rollout_ref.actor.kl_loss_type"}
@@ -98,7 +105,8 @@ DIALECT = Dialect(
     columns=COLUMNS,
     markers=frozenset({"critic/kl", "critic/kl_coeff", "actor/entropy_loss", "actor/pg_loss", "actor/pg_clipfrac",
                        "actor/ppo_kl", "critic/score/mean", "critic/rewards/mean", "response_length/mean",
-                       "actor/reward_kl_penalty", "actor/kl_loss", "response_length/clip_ratio", "actor/lr(1e-4)"}),
+                       "actor/reward_kl_penalty", "actor/kl_loss", "response_length/clip_ratio", "actor/lr(1e-4)",
+                       "training/rollout_probs_diff_mean", "rollout_corr/kl", "rollout_corr/k3_kl"}),
     ignored=IGNORED,
     vocabulary=VOCABULARY,
     held_out=(VALIDATION,),
