@@ -50,7 +50,19 @@ def clues_table() -> str:
     return "\n".join(lines)
 
 
-SECTIONS = {"rule": rules_table, "clue": clues_table}
+def spellings_table() -> str:
+    """The name resolver's spelling families (`formats/resolver.py`), with their sources."""
+    from rlhflab.doctor.formats.resolver import MEANS, SPREADS
+
+    lines = ["| canonical | statistic | spellings (normalised) | where they are logged |", "|---|---|---|---|"]
+    for statistic, families in (("mean", MEANS), ("std", SPREADS)):
+        for family in families:
+            lines.append(f"| `{family.metric}` | {statistic} | {', '.join(f'`{s}`' for s in sorted(family.spellings))} "
+                         f"| {cell(family.sources)} |")
+    return "\n".join(lines)
+
+
+SECTIONS = {"rule": rules_table, "clue": clues_table, "spelling": spellings_table}
 
 
 def section(name: str, make=None, command: str = COMMAND) -> str:
