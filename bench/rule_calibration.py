@@ -142,8 +142,8 @@ def render(rows: list[dict], command: str) -> str:
               f"pathological runs with one: {sick_ok} of {len(sick)}; with one of a family their label names: "
               f"{family_ok} of {len(sick)} (of every family it names: {family_all}). Runs labelled "
               f"{' or '.join(others) or 'otherwise'} count in neither: `no_learning` is a run whose gold neither rose "
-              "nor fell, `silent_bug` a zoo fault whose gold the run does not show (the checkup's to find: "
-              "docs/faults.md).", "",
+              "nor fell, `silent_bug` a run trained with a fault (a zoo fault, or a TRL variant with one) whose gold "
+              "the run does not show (the checkup's to find: docs/faults.md).", "",
               f"From gold's best to the end, the proxy (in its own units) moved {proxy_moves(rows, 'reward_hacking')} "
               f"on the runs labelled reward_hacking and {proxy_moves(rows, 'policy_degraded')} on those labelled "
               "policy_degraded.", END]
@@ -176,6 +176,15 @@ def curve_label(run: Path, fault: bool) -> dict:
     return {"label": label["label"], "families": label["families"], "proxy_change": proxy_change(label)}
 
 
+def calibration_label(label: dict) -> str:
+    """A TRL run's label (labels.json): a run trained with a fault (its variant expects one: beta = 0, a
+    30x learning rate, a length reward, cold sampling) whose gold does not show it is a `silent_bug`,
+    as a zoo fault's is (curve_label), not a healthy reference."""
+    if label["label"] == "healthy" and label.get("expect", "healthy") != "healthy":
+        return "silent_bug"
+    return label["label"]
+
+
 def metrics_only(path: Path, mapping=None) -> MetricTable:
     table = read_log(path, mapping)
     table.settings = RunSettings(trainer=table.settings.trainer, kl_coef=table.settings.kl_coef
@@ -196,11 +205,12 @@ def main() -> None:
     if labels_path.is_file():
         for name, label in json.loads(labels_path.read_text()).items():
             log = args.calibration / name / "trainer_state.json"
-            rows.append({"run": f"calibration/{name}", "label": label["label"], "families": label["families"],
+            run_label = calibration_label(label)
+            rows.append({"run": f"calibration/{name}", "label": run_label, "families": label["families"],
                          "proxy_change": proxy_change(label),
                          **signals(metrics_only(log, parse_pairs(HELD_OUT_MAP)))})
             # The same run as a log without a gold column, as most users' logs are.
-            rows.append({"run": f"calibration/{name} (no gold)", "label": label["label"],
+            rows.append({"run": f"calibration/{name} (no gold)", "label": run_label,
                          "families": label["families"], **signals(metrics_only(log))})
     if args.faults.is_dir():
         for run in sorted(p for p in args.faults.iterdir() if (p / "metrics" / "ppo.jsonl").is_file()):
