@@ -784,3 +784,19 @@ def test_a_single_spike_past_the_limit_is_not_a_finding_and_the_fix_is_in_the_tr
     assert finding.severity == "high" and finding.causes[0].component == "logprob_bookkeeping"
     from rlhflab.doctor.formats import render_fix
     assert render_fix(table.vocabulary, finding.fix)["changes"] == ["algorithm.rollout_correction.rollout_is=true"]
+
+
+@firing_trace("sampler_mismatch")
+def a_sampler_whose_weights_were_never_synced():
+    """Shaped like bench/mismatch_calibration.py's never-synced runs: float noise at first,
+    then growing with the policy's drift (a trainer that publishes no limit: the relative rule)."""
+    records = with_mismatch(healthy_records(8), "mismatch/logp_abs_diff", 4.5e-7,
+                            lambda k: 4.5e-7 + 0.08 * k, start=2)
+    # its early level (steps 5-9 here) is already 0.4: 4x that is reached about step 24
+    return Trace(table_of(records), "sampler_mismatch", 24, tolerance=6)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_sampler_that_is_the_trainer_is_float_noise_and_no_finding(seed):
+    records = with_mismatch(healthy_records(seed), "mismatch/logp_abs_diff", 4.5e-7, seed=seed)
+    assert "sampler_mismatch" not in fired(table_of(records, trainer="rlhflab"))

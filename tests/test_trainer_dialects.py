@@ -106,18 +106,30 @@ def test_trl_grpo_before_0_17_names_its_reward_functions_without_mean(tmp_path):
     assert not table.unknown
 
 
-def test_trl_grpo_with_vllm_reads_the_sampler_mismatch_and_holds_it_to_no_number(tmp_path):
+def trl_vllm_log(tmp_path, difference):
     """trl >= 0.23 grpo_trainer.py with vllm_importance_sampling_correction: sampling/* keys."""
     history = [{"step": i, "loss": 0.0, "reward": 0.1, "reward_std": 0.3, "kl": 0.001, "frac_reward_zero_std": 0.1,
-                "completions/mean_length": 50.0, "sampling/sampling_logp_difference/mean": 0.02 * i,
+                "completions/mean_length": 50.0, "sampling/sampling_logp_difference/mean": difference(i),
                 "sampling/sampling_logp_difference/max": 2.0, "sampling/importance_sampling_ratio/mean": 1.0,
                 "sampling/importance_sampling_ratio/min": 0.4, "sampling/importance_sampling_ratio/max": 3.0}
-               for i in range(1, 31)]
+               for i in range(1, 41)]
     path = tmp_path / "trainer_state.json"
     path.write_text(json.dumps({"log_history": history}))
-    table = read_log(path)
-    assert table.get("mismatch/logp_abs_diff").values[-1] == pytest.approx(0.6)
-    assert "sampler_mismatch" not in {f.rule for f in diagnose(table).findings}  # TRL publishes no limit
+    return read_log(path)
+
+
+def test_trl_grpo_with_vllm_reads_the_sampler_mismatch_and_holds_it_to_its_own_early_level(tmp_path):
+    """TRL publishes no limit: a level that stays (vLLM's precision) is no finding, one that
+    grows from it as a sampler with lagging weights does is one (medium: a relative limit)."""
+    steady = trl_vllm_log(tmp_path, lambda i: 0.02 * (1 + 0.05 * math.sin(i)))
+    assert steady.get("mismatch/logp_abs_diff").values[0] == pytest.approx(0.02 * (1 + 0.05 * math.sin(1)))
+    assert "sampler_mismatch" not in {f.rule for f in diagnose(steady).findings}
+    drifting = trl_vllm_log(tmp_path, lambda i: 0.02 * (1 + 0.25 * max(0, i - 10)))
+    finding = next(f for f in diagnose(drifting).findings if f.rule == "sampler_mismatch")
+    assert finding.severity == "medium" and "MISMATCH_GROWTH" not in finding.title
+    assert "bench/mismatch_calibration.py" in finding.evidence[0].source
+    assert diagnosis_json(diagnose(drifting))["findings"][0]["fix"]["changes"] == [
+        "GRPOConfig.vllm_importance_sampling_correction=true"]
 
 
 def test_a_verl_log_past_its_faqs_mismatch_limit_is_a_finding_fixed_in_verls_keys(tmp_path):

@@ -181,6 +181,9 @@ def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[s
         "response/identical_frac": identical_fraction(rollout.responses),
         "prompts/unique_frac": len(set(rollout.prompts)) / len(rollout.prompts),
         "tokens/generated": float(mask.sum()),
+        # The sampler's logprobs (its KV-cache passes) against the padded training forward's for the
+        # same tokens: float noise when both are one model, growing when the sampler's weights lag.
+        "mismatch/logp_abs_diff": float(masked_mean((rollout.sampled_logprobs - rollout.logprobs).abs(), mask)),
     }
 
 

@@ -6,12 +6,13 @@ efficient RL framework secretly brings you off-policy RL training").
 
 Each trainer logs its own quantity (`metrics.MISMATCH_METRICS`). A run is held to the
 limits its trainer's maintainers publish for that quantity, each cited; where they publish
-none (TRL, OpenRLHF, prime-rl, ROLL, SkyRL, AReaL: qualitative advice only) the quantity is
-read and shown but not judged: a relative rule against the run's own early level would need
-labelled runs with an inference engine apart from the trainer, which cannot be trained
-here. A limit is crossed by the smoothed series (the doctor's window), so a single spike
-is not a finding: NeMo-RL's guides ask to investigate spikes and call a trend above the
-limit unacceptable.
+none (TRL, OpenRLHF, prime-rl, ROLL, SkyRL, AReaL: qualitative advice only; rlhflab) it is
+held to its own early level: a sampler whose weights lag the trainer's drifts further as
+the policy moves (MISMATCH_GROWTH, fitted on rlhflab runs with a sampler never synced, since
+no inference engine apart from the trainer can run here: its margin on vLLM or SGLang is
+not measured). A limit is crossed by the smoothed series (the doctor's window), so a single
+spike is not a finding: NeMo-RL's guides ask to investigate spikes and call a trend above
+the limit unacceptable.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlhflab.doctor import causes
+from rlhflab.doctor.metrics import MISMATCH_METRICS
 from rlhflab.doctor.rules.registry import Detection, Threshold, evidence, rule
-from rlhflab.doctor.signals import smooth, window
+from rlhflab.doctor.signals import early_level, smooth, window
 from rlhflab.doctor.table import MetricTable
 
 VERL_PROB_DIFF = Threshold(
@@ -51,6 +53,17 @@ SLIME_ABS_DIFF = Threshold(
     "mean |logp_train - logp_rollout| (slime's train/train_rollout_logprob_abs_diff): the bound slime asserts on it "
     "by default (slime/utils/arguments.py, --ci-train-rollout-logprob-abs-diff-threshold; 1e-6 for deterministic "
     "alignment, docs/en/advanced/reproducibility.md)")
+
+
+MISMATCH_GROWTH = Threshold(
+    "MISMATCH_GROWTH", 4.0,
+    "times the mismatch's early level (its distance from a perfect match; the early level is its second window's "
+    "median, or its noise when higher), for a trainer that publishes no limit: a sampler whose weights lag the "
+    "trainer's drifts further from it as the policy moves. Fitted on rlhflab runs (bench/mismatch_calibration.py, "
+    "mismatch/logp_abs_diff): healthy (sampler and trainer one model, float noise) 0.97-1.02x on seeds 0-1, a "
+    "sampler never synced after the start 17.2-17.5x; 4 is their geometric middle, 3.9x above the healthy and 4.3x "
+    "below the never-synced. Checked on seed 2, not fitted on: 1.06x and 18.6x. The margin on a real inference engine "
+    "(vLLM, SGLang), whose healthy mismatch is its precision, not float noise, is not measured: none can run here")
 
 
 @dataclass(frozen=True)
@@ -84,17 +97,44 @@ LIMITS: tuple[PublishedLimit, ...] = (
 )
 
 
+# Quantities whose perfect match is 1 (a ratio), not 0: their level is the distance from 1.
+RATIOS = ("mismatch/prob_ratio_error", "mismatch/is_ratio_mean")
+
+
+def mismatch_level(metric: str, values: list[float]) -> list[float]:
+    """How far from a perfect match each value is: |v - 1| for a ratio, |v| otherwise (a
+    k1 estimate can be negative)."""
+    return [abs(v - 1.0) if metric in RATIOS else abs(v) for v in values]
+
+
+def mismatch_growth(metric: str, values: list[float]) -> tuple[float, list[float], float] | None:
+    """(late level over early level, the smoothed level, the early level) of a mismatch
+    series, or None for a run shorter than two windows. The early level is the median of the
+    second window (after the first updates), or the series' noise when that is higher
+    (`signals.early_level`): a mismatch at float noise has no level to grow from but its noise."""
+    level = mismatch_level(metric, values)
+    width = window(len(level))
+    early = early_level(level, width)
+    if early is None or early <= 0:
+        return None
+    smoothed = smooth(level, width)
+    return smoothed[-1] / early, smoothed, early
+
+
 @rule("sampler_mismatch", "component_bug",
       thresholds=(VERL_PROB_DIFF, VERL_ROLLOUT_KL, VERL_IS_MEAN_HIGH, VERL_IS_MEAN_LOW, NEMO_PROB_ERROR, NEMO_GEN_KL,
-                  SLIME_ABS_DIFF),
+                  SLIME_ABS_DIFF, MISMATCH_GROWTH),
       causes=(causes.sampler_mismatch, causes.sampler_settings))
 def sampler_mismatch(table: MetricTable) -> Detection | None:
     """The inference engine's logprobs drift from the trainer's beyond the limit the log's
     trainer publishes for the quantity it logs (veRL: probability difference, rollout KL,
     importance weights; NeMo-RL: multiplicative probability error, generation KL; slime:
-    absolute logprob difference), on the smoothed series. High when the run ends beyond it,
-    medium when it returned."""
+    absolute logprob difference), on the smoothed series: high when the run ends beyond it,
+    medium when it returned. For a quantity its trainer publishes no limit for (TRL,
+    OpenRLHF, prime-rl, ROLL, SkyRL, AReaL, rlhflab), growing to MISMATCH_GROWTH times its
+    early level (medium)."""
     found = []
+    published = {limit.metric for limit in LIMITS if limit.trainer == table.settings.trainer}
     for limit in LIMITS:
         series = table.get(limit.metric) if table.settings.trainer == limit.trainer else None
         if series is None or len(series) < 3:
@@ -104,7 +144,7 @@ def sampler_mismatch(table: MetricTable) -> Detection | None:
         if beyond:
             found.append((limit, series, smoothed, beyond))
     if not found:
-        return None
+        return _grown(table, published)
     limit, series, smoothed, beyond = max(found, key=lambda f: len(f[3]))
     ends_beyond = limit.crossed(smoothed[-1])
     onset = beyond[0]
@@ -116,3 +156,26 @@ def sampler_mismatch(table: MetricTable) -> Detection | None:
         "high" if ends_beyond else "medium", series.steps[onset],
         (evidence(limit.metric, series, onset, limit.describe(), limit.high.source, worst=worst,
                   steps_beyond=float(len(beyond))),))
+
+
+def _grown(table: MetricTable, published: set[str]) -> Detection | None:
+    """A mismatch quantity the log's trainer publishes no limit for that ended MISMATCH_GROWTH
+    times its early level or more (medium: a relative limit, fitted on simulated runs)."""
+    worst = None
+    for metric in sorted(set(table.series) & set(MISMATCH_METRICS) - published):
+        series = table.get(metric)
+        measured = mismatch_growth(metric, list(series.values)) if series is not None else None
+        if measured is None or measured[0] < MISMATCH_GROWTH.value:
+            continue
+        growth, smoothed, early = measured
+        if worst is None or growth > worst[0]:
+            onset = next(i for i, v in enumerate(smoothed) if v >= MISMATCH_GROWTH.value * early)
+            worst = (growth, metric, series, onset, early)
+    if worst is None:
+        return None
+    growth, metric, series, onset, early = worst
+    return Detection(
+        f"the inference engine's logprobs drift away from the trainer's: {metric} grew {growth:.3g}x over its early "
+        f"level (the sampler's weights lag the trainer's?)", "medium", series.steps[onset],
+        (evidence(metric, series, onset, f"smoothed distance from a perfect match >= {MISMATCH_GROWTH.value:g} x its "
+                  f"early level ({early:.3g})", MISMATCH_GROWTH.source, growth=growth),))
