@@ -62,7 +62,11 @@ def main() -> None:
         for stale in (False, True):
             name = f"{'never-synced' if stale else 'healthy'}-seed{seed}"
             values = train(args.base / args.run_name.format(seed=seed), args.out / name, stale)
-            growth, smoothed, early = mismatch_growth("mismatch/logp_abs_diff", values)
+            measured = mismatch_growth("mismatch/logp_abs_diff", values)
+            if measured is None:
+                print(json.dumps({"run": name, "growth": None, "why": "shorter than two windows, or no early level"}))
+                continue
+            growth, smoothed, early = measured
             print(json.dumps({"run": name, "growth": growth, "early": early, "end": smoothed[-1],
                               "first": values[0], "last": values[-1]}), flush=True)
 

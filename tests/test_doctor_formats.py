@@ -236,6 +236,7 @@ def test_cli_doctor_on_a_trl_log_prints_json_with_the_fix_in_trl_terms(tmp_path:
     assert finding["evidence"][0]["metric"] == "kl/mean"
     assert finding["fix"]["changes"] == ["PPOConfig.kl_coef=0.2"]
     assert finding["verify"].startswith("rerun with PPOConfig.kl_coef=0.2")
+    assert finding["verify"].endswith(f"then: rlhflab compare {path} -- NEW_LOG")
 
 
 def test_cli_doctor_errors(tmp_path: Path):

@@ -34,7 +34,7 @@ def taken(table) -> dict:
 @pytest.mark.parametrize("name, base, statistic", [
     ("train_reward", "reward", ""), ("reward/mean", "reward", "mean"), ("train/kl", "kl", ""),
     ("policy/entropy_avg", "entropy", "mean"), ("actor/grad_norm", "grad_norm", ""),
-    ("critic/score/mean", "score", "mean"), ("Reward-Mean", "reward", "mean"), ("losses/approx_kl", "approx_kl", ""),
+    ("critic/score/mean", "critic_score", "mean"), ("Reward-Mean", "reward", "mean"), ("losses/approx_kl", "approx_kl", ""),
     ("reward_std", "reward", "std"), ("response_length/max", "response_length_max", "other"),
     ("optim/lr", "lr", ""), ("mean_reward", "reward", "mean"),
 ])
@@ -165,3 +165,43 @@ def test_canonical_names_and_known_trainers_are_not_guessed(tmp_path):
     assert "reward/proxy_mean" not in taken(table) and table.get("kl/mean") is not None
     # reward/mean is another spelling of the proxy the log already has by name: read once, noted
     assert any("reward/proxy_mean read from" in n for n in table.notes)
+
+
+def test_every_listed_spelling_resolves_to_its_own_family():
+    from rlhflab.doctor.formats.resolver import MEANS, SPREADS, _lookup
+    from rlhflab.doctor.metrics import KNOWN
+
+    for family in MEANS:
+        for spelling in family.spellings - KNOWN:  # `lr` is canonical as it is
+            guesses = resolve({spelling}, lambda name: [])
+            assert guesses and guesses[0].metric == family.metric, (spelling, guesses)
+    for family in SPREADS:
+        for spelling in family.spellings:
+            guess = resolve({f"{spelling}_std"}, lambda name: [])[0]
+            assert guess.metric == family.metric or _lookup(MEANS, f"{spelling}_std") is not None, spelling
+
+
+def test_the_critics_numbers_are_not_read_as_the_policys():
+    guesses = {g.name: g.metric for g in resolve({"critic/grad_norm", "critic/clipfrac", "critic/lr", "critic/vf_loss",
+                                                  "critic/score/mean"}, lambda name: [])}
+    assert "critic/grad_norm" not in guesses and "critic/clipfrac" not in guesses and "critic/lr" not in guesses
+    assert guesses["critic/vf_loss"] == "value/loss" and guesses["critic/score/mean"] == "reward/proxy_mean"
+
+
+def test_a_bare_kl_beside_canonical_names_is_told_by_them():
+    values = lambda name: [0.001] * 20  # noqa: E731 - flat: its level says nothing
+    assert resolve({"kl"}, values, {"kl", "policy/approxkl"})[0].metric == "kl/token_mean"
+    assert resolve({"kl"}, values, {"kl", "kl/coef"})[0].metric == "kl/token_mean"
+    assert resolve({"kl"}, values, {"kl", "kl/mean"})[0].metric is None  # a KL to the reference already named
+
+
+def test_a_k1_kl_around_zero_is_not_read_as_growing():
+    around_zero = [-0.001, 0.0005, -0.0002, 0.001] * 5 + [0.002, 0.003, 0.004, 0.005] * 5
+    assert resolve({"kl"}, lambda name: around_zero)[0].metric is None
+
+
+def test_a_name_the_log_logs_as_the_metric_wins_over_a_guessed_one(tmp_path):
+    rows = [{"step": i, "train_reward": 0.1 * i, **({"reward/proxy_mean": 0.1 * i} if i % 10 == 0 else {})}
+            for i in range(40)]
+    table = read_log(write_jsonl(tmp_path / "both.jsonl", rows))
+    assert len(table.get("reward/proxy_mean")) == 4 and any("read from reward/proxy_mean" in n for n in table.notes)

@@ -107,3 +107,11 @@ def test_every_row_is_read_among_other_tables_and_across_a_resume(tmp_path_facto
     path.write_text(notebook(outputs))
     table = read_log(path)
     assert table.steps_read == n
+
+
+def test_a_nan_loss_is_a_value_not_a_missing_cell(tmp_path):
+    path = tmp_path / "diverged.html"
+    path.write_text(html_table([["Step", "Training Loss", "reward"], *[[10 * i, 0.5, 0.1] for i in range(1, 12)],
+                                [120, float("nan"), float("nan")]]))
+    table = read_log(path)
+    assert table.non_finite  # the diverged row is kept, and the non-finite rule sees it

@@ -622,5 +622,86 @@ def faults_bench(
     console.print(f"wrote {doc}")
 
 
+# `rlhflab compare BEFORE... -- AFTER...`: click drops a `--` from the arguments it hands on,
+# so `main` replaces the first one after `compare` by this marker before the app parses them.
+AFTER_MARK = "::after::"
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def compare(
+    runs: list[str] = typer.Argument(..., help="BEFORE... -- AFTER...: run directories or logs of any format the "
+                                     "doctor reads, before the fix, then after it"),
+    json_output: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    html_path: Optional[Path] = typer.Option(None, "--html", help="Write both sides' curves, overlaid, with the "
+                                             "findings marked, to this file."),
+    mapping: Optional[list[str]] = typer.Option(None, "--map", help="As for `rlhflab doctor`, for both sides."),
+) -> None:
+    """Compare runs before and after a fix, in their noise: each finding of the before side gone, weaker or
+    still there; new findings; the change of the truth (gold or held-out score, else the proxy, said) with
+    its interval; the settings that differ; a verdict.
+
+    Exit code: 0 fixed; 1 not fixed or worse; 3 partly fixed or cannot tell; 2 bad input."""
+    import json
+
+    from rlhflab.doctor.compare import compare_tables
+    from rlhflab.doctor.formats import LogFormatError, read_log
+    from rlhflab.doctor.formats.mapping import parse_map_options
+
+    if AFTER_MARK not in runs or runs.index(AFTER_MARK) == 0 or runs[-1] == AFTER_MARK:
+        console.print("[red]error:[/red] give the runs before the fix, then --, then the runs after it: "
+                      "rlhflab compare BEFORE... -- AFTER...")
+        raise typer.Exit(2)
+    split = runs.index(AFTER_MARK)
+    try:
+        user_map = parse_map_options(mapping or [])
+        before = [read_log(Path(r), user_map) for r in runs[:split]]
+        after = [read_log(Path(r), user_map) for r in runs[split + 1:] if r != AFTER_MARK]
+    except (LogFormatError, ValueError) as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    result = compare_tables(before, after)
+    if html_path is not None:
+        from rlhflab.doctor.compare_report import write_compare_report
+
+        write_compare_report(html_path, before[0], after[0], result)
+    if json_output:
+        print(json.dumps(result.to_json(), indent=1, default=str))
+    else:
+        print_comparison(result)
+    raise typer.Exit(result.exit_code)
+
+
+def print_comparison(result) -> None:
+    from rich.table import Table
+
+    table = Table(title="findings before the fix, after it")
+    for column in ("rule", "after the fix", "evidence metric", "before", "after"):
+        table.add_column(column)
+    for f in result.findings:
+        table.add_row(f.rule, f.status, f.metric, f"{f.before:.4g}", f"{f.after:.4g}")
+    console.print(table)
+    if result.new_findings:
+        console.print("new findings after the fix: " + ", ".join(result.new_findings))
+    t = result.truth
+    if t is not None:
+        matched = f"; at matched steps {t.at_matched_steps:+.4g}" if t.at_matched_steps is not None else ""
+        held = {True: "a change", False: "within its noise", None: "cannot tell"}[t.significant]
+        console.print(f"truth ({t.metric}, the {t.which}): {t.before_end:.4g} -> {t.after_end:.4g}, change "
+                      f"{t.change:+.4g} [{t.low:+.4g}, {t.high:+.4g}]{matched}: {held} [dim]({escape(t.method)})[/dim]")
+    for name, (b, a) in result.settings.items():
+        console.print(f"setting {name}: {b} -> {a}")
+    console.print(f"[bold]verdict: {result.verdict}[/bold] ({escape(result.why)})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script: `rlhflab ...`, with compare's `--` kept (`AFTER_MARK`)."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["compare"] and "--" in args:
+        args[args.index("--")] = AFTER_MARK
+    app(args=args)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    app()
+    main()

@@ -65,6 +65,8 @@ def probe_kl_penalty_is_beta_times_the_kl(ctx: ProbeContext) -> ProbeResult:
     c, cfg = ctx.state.components, ctx.config.ppo
     mask = ctx.recorded_mask()
     rows = mask.any(1)  # a response the trainer's mask left empty has nothing to charge
+    if not bool(rows.any()):
+        raise ProbeSkipped("the trainer's mask leaves no response token to charge a penalty on")
     rollout, mask = ctx.rollout().select(rows.nonzero().flatten()), mask[rows]
     starting = ctx.starting_logprobs()[rows]
     expected_kl = torch.where(mask, kl_estimate(rollout.logprobs, starting, cfg.kl_estimator), 0.0)

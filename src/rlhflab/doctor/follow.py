@@ -40,8 +40,9 @@ def follow(path: Path, watch: Watch, mapping: UserMapping | None = None, format_
     """Read `path` again each time it changes (polled every `interval` seconds) and tell
     each new finding through `emit`. Returns when a rule of `watch.stop_on` fires, or when
     the log has not changed for `idle_exit` seconds (None: never). A log that cannot be
-    read yet (not written, or half a line at its end) is read again at its next change;
-    if it stops changing while unreadable, its error is raised."""
+    read yet (not written, or a format that cannot read a half-written end) is read again
+    at its next change; if it stops changing while unreadable, its error is raised. JSONL
+    logs are read up to their last whole line meanwhile (said in the notes)."""
     path = Path(path)
     last, changed, table, error = None, clock(), None, None
     while True:

@@ -176,7 +176,8 @@ def render_fix(vocabulary: dict[str, str], fix: Fix | None) -> dict | None:
 
 def verify_command(diagnosis: Diagnosis, finding: Finding) -> str:
     """How to check the fix: `rlhflab verify` for rlhflab's own runs, which it can rerun;
-    for any other trainer's log, a rerun in that trainer followed by the doctor."""
+    for any other trainer's log, a rerun in that trainer compared with this one
+    (`rlhflab compare`)."""
     fix = finding.fix
     if diagnosis.verifiable:
         if fix is None:
@@ -184,7 +185,8 @@ def verify_command(diagnosis: Diagnosis, finding: Finding) -> str:
         if all(c.direction == "set" for c in fix.changes):
             return f"rlhflab verify {diagnosis.source} " + " ".join(
                 f"--fix {render_change(diagnosis.vocabulary, c)}" for c in fix.changes)
+    compare = f"rlhflab compare {diagnosis.source or 'OLD_LOG'} -- NEW_LOG"
     if fix is None:
-        return "fix the component, rerun with the same seed, then: rlhflab doctor NEW_LOG"
+        return f"fix the component, rerun with the same seed, then: {compare}"
     changes = ", ".join(render_change(diagnosis.vocabulary, c) for c in fix.changes)
-    return f"rerun with {changes} and the same seed, then: rlhflab doctor NEW_LOG"
+    return f"rerun with {changes} and the same seed, then: {compare}"

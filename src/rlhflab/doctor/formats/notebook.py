@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ _TABLE = re.compile(r"<table[^>]*class=\"dataframe\"[^>]*>(.*?)</table>", re.DOT
 _ROW = re.compile(r"<tr[^>]*>(.*?)</tr>", re.DOTALL | re.IGNORECASE)
 _CELL = re.compile(r"<t([hd])[^>]*>(.*?)</t[hd]>", re.DOTALL | re.IGNORECASE)
 _TAG = re.compile(r"<[^>]+>")
-NO_VALUE = {"", "no log", "nan"}  # cells shown for a row without that metric
+NO_VALUE = {"", "no log"}  # cells shown for a row without that metric (a NaN loss prints "nan": a value)
 FIRST_COLUMNS = {"step": "step", "epoch": "epoch"}
 # The columns NotebookProgressCallback names itself; the others are the logged names.
 OWN_NAMES = {"training loss": "loss", "validation loss": "eval_loss"}
@@ -108,7 +109,7 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
         names = [step_key] + [_column_name(h, evaluating) for h in header[1:]]
         for number, cells in enumerate(rows, start=1):
             step = _number(cells[0]) if cells else None
-            if step is None or step != int(step):
+            if step is None or not math.isfinite(step) or step != int(step):
                 raise LogFormatError(f"{path}: table row {number}: {header[0]} {cells[0] if cells else ''!r} is not a "
                                      "whole number")
             values = {name: value for name, text in zip(names[1:], cells[1:]) if (value := _number(text)) is not None}

@@ -38,9 +38,10 @@ DIALECT = Dialect(
     name="prime-rl",
     description="prime-rl trainer and orchestrator (mismatch_kl/*, entropy/*, optim/*, reward/*, is_truncated/*)",
     columns=COLUMNS,
+    # not optim/lr or optim/grad_norm: common spellings, not prime-rl's alone
     markers=frozenset({"mismatch_kl/all/mean", "mismatch_kl/mean", "entropy/all/mean", "kl_ent_ratio/mean",
-                       "optim/grad_norm", "optim/lr", "is_truncated/all/mean", "is_masked/mean", "off_policy/mean",
-                       "batch/solve_none", "solve_none/all"}),
+                       "is_truncated/all/mean", "is_masked/mean", "off_policy/mean", "batch/solve_none",
+                       "solve_none/all", "is_truncated/mean"}),
     ignored=frozenset({"perf/*", "time/*", "progress/*", "*/max", "*/min", "*/std", "*/median", "is_masked*",
                        "masked_mismatch_kl/*", "unmasked_mismatch_kl/*", "kl_ent_ratio/*", "dispatcher/*"}),
     vocabulary=VOCABULARY,

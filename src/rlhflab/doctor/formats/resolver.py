@@ -4,9 +4,11 @@ A researcher's own loop logs `train_reward`, `reward/mean`, `policy/entropy`, `g
 `eval_reward` and a bare `kl`, with no trainer to tell what they mean. The resolver reads
 such a name the way the loops it was built from spell it (each family cites where its
 spellings are logged), after taking off what loggers add around a name: a scope in front
-(`train/`, `train_`, `policy/`, `actor/`, `objective/`, `critic/`, `losses/`, `charts/`,
-`rollout/`, `optim/`), a statistic behind (`_mean`, `/mean`, `_avg`; `_std` names the
-spread, `_max`, `_min` and the like are not read), separators and case.
+(`train/`, `train_`, `policy/`, `actor/`, `objective/`, `losses/`, `charts/`, `rollout/`,
+`optim/`; not `critic/`, whose losses, clip fractions and gradients are the value model's),
+a statistic behind (`_mean`, `/mean`, `_avg`; `_std` names the spread, `_max`, `_min` and
+the like are not read), separators and case; a spelling whose own words end like a
+statistic (`frac_reward_zero_std`, `vf_explained_var`) is looked up whole first.
 
 It refuses to guess where a spelling is ambiguous. A bare `kl` is the KL to the reference
 in every loop read here (TRL GRPO/RLOO, OpenRLHF, tiny-grpo: a per-token mean) but is the
@@ -54,7 +56,7 @@ def _family(metric: str, spellings: str, sources: str, column: Column | None = N
 # The mean of a batch, by the base of its name.
 MEANS: tuple[Family, ...] = (
     _family("reward/proxy_mean", "reward rewards score scores mean_reward mean_scores rollout_scores rm_score "
-            "reward_model_score reward_scalar",
+            "reward_model_score reward_scalar critic_score",
             "huggingface/trl trl/trainer/grpo_trainer.py (`reward`); volcengine/verl verl/trainer/ppo/metric_utils.py "
             "(`critic/score/mean`); OpenRLHF/OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (`reward`, "
             "`score`); CarperAI/trlx trlx/trainer/accelerate_ppo_trainer.py (`rollout_scores/mean`); "
@@ -94,7 +96,7 @@ MEANS: tuple[Family, ...] = (
             "huggingface/transformers trainer.py (`grad_norm`); volcengine/verl dp_actor.py (`actor/grad_norm`); "
             "OpenRLHF/OpenRLHF (`actor_grad_norm`); PrimeIntellect-ai/prime-rl (`optim/grad_norm`); "
             "open-thought/tiny-grpo train.py (`grad_norm`)"),
-    _family("value/loss", "value_loss vf_loss critic_loss loss_value",
+    _family("value/loss", "value_loss vf_loss critic_loss loss_value critic_vf_loss",
             "vwxyzjn/cleanrl cleanrl/ppo.py (`losses/value_loss`); volcengine/verl dp_critic.py (`critic/vf_loss`); "
             "OpenRLHF/OpenRLHF (`critic_loss`)"),
     _family("value/explained_variance", "explained_variance explained_var vf_explained_var var_explained",
@@ -102,7 +104,8 @@ MEANS: tuple[Family, ...] = (
             "(`critic/vf_explained_var`); openai/lm-human-preferences (`ppo/val/var_explained`)"),
     _family("value/clipfrac", "vf_clipfrac value_clipfrac",
             "volcengine/verl dp_critic.py (`critic/vf_clipfrac`)"),
-    _family("adv/mean", "advantages advantage adv", "volcengine/verl metric_utils.py (`critic/advantages/mean`); "
+    _family("adv/mean", "advantages advantage adv critic_advantages",
+            "volcengine/verl metric_utils.py (`critic/advantages/mean`); "
             "hand-made PPO loops (`advantage_mean`)"),
     _family("response/length_mean", "response_length response_len completion_length completion_len "
             "completions_mean_length mean_length mean_response_len response_lengths output_length gen_len "
@@ -157,7 +160,7 @@ KL_COEFFICIENT = next(f for f in MEANS if f.metric == "kl/coef").spellings
 AMBIGUOUS_KL = frozenset({"kl", "kl_div", "kl_divergence", "mean_kl"})
 KL_GROWTH = 10.0  # times its early level: a KL to the reference accumulates, an old-vs-new one does not
 
-SCOPES = frozenset({"train", "training", "policy", "actor", "objective", "critic", "losses", "charts", "rollout",
+SCOPES = frozenset({"train", "training", "policy", "actor", "objective", "losses", "charts", "rollout",
                     "rollouts", "env", "ppo", "optim", "optimizer", "metrics", "stats", "trainer", "agg", "batch",
                     "algo", "rl", "grpo"})
 EVALUATION = re.compile(r"^(eval|evaluation|val|valid|validation|test)(?=[/_.\-])", re.IGNORECASE)
@@ -184,13 +187,7 @@ class Guess:
 def normalise(name: str) -> tuple[str, str]:
     """(base, statistic) of a name: scopes and separators taken off, lower case; the
     statistic is "mean", "std", "other" (max, min, sum...) or "" (none written)."""
-    parts = [p for p in name.strip().lower().split("/") if p]
-    while len(parts) > 1 and parts[0] in SCOPES:
-        parts = parts[1:]
-    if parts and parts[0].startswith("train_") and len(parts[0]) > len("train_"):
-        parts[0] = parts[0][len("train_"):]
-    base = re.sub(r"[\s.\-]+", "_", "_".join(parts))
-    base = re.sub(r"_+", "_", base).strip("_")
+    base = _whole(name)
     for pattern, statistic in ((MEAN_SUFFIX, "mean"), (MEAN_PREFIX, "mean"), (SPREAD_SUFFIX, "std"),
                                (SPREAD_PREFIX, "std")):
         stripped = pattern.sub("", base)
@@ -201,20 +198,31 @@ def normalise(name: str) -> tuple[str, str]:
     return base, ""
 
 
+def _whole(name: str) -> str:
+    """A name normalised with its scope taken off but not its statistic."""
+    parts = [p for p in name.strip().lower().split("/") if p]
+    while len(parts) > 1 and parts[0] in SCOPES:
+        parts = parts[1:]
+    if parts and parts[0].startswith("train_") and len(parts[0]) > len("train_"):
+        parts[0] = parts[0][len("train_"):]
+    return re.sub(r"_+", "_", re.sub(r"[\s.\-]+", "_", "_".join(parts))).strip("_")
+
+
 def _lookup(families: tuple[Family, ...], base: str) -> Family | None:
     return next((f for f in families if base in f.spellings), None)
 
 
 def _growth(values: list[float]) -> float | None:
     """The late level over the early one (medians of the first and last quarters), or
-    None for a series too short or too close to 0 to have a level."""
-    if len(values) < 8:
+    None for a series too short, with a negative value (a k1 estimate around 0: no level
+    to grow from, and not a KL to the reference's k3 either) or an early level of 0."""
+    if len(values) < 8 or min(values) < 0:
         return None
     quarter = max(2, len(values) // 4)
     early, late = statistics.median(values[:quarter]), statistics.median(values[-quarter:])
-    if late <= 0:
+    if early <= 0 or late <= 0:
         return None
-    return late / max(early, late * 1e-6, 1e-12)
+    return late / early
 
 
 def _bare_kl(name: str, bases: dict[str, str], values: list[float]) -> Guess:
@@ -226,7 +234,8 @@ def _bare_kl(name: str, bases: dict[str, str], values: list[float]) -> Guess:
         return Guess(name, "kl/token_mean", f"its neighbour {old_new[0]} is the old-vs-new approx-KL, so {name} is the "
                      "KL to the reference (a per-token mean, as TRL GRPO/RLOO, OpenRLHF and tiny-grpo log a bare "
                      "`kl`)", to_reference)
-    if any(b in REFERENCE_KL for b in bases.values()):
+    if any(b in REFERENCE_KL for b in bases.values()) or any(n in ("kl/mean", "kl/token_mean", "kl/k3_mean")
+                                                              for n in bases):
         return Guess(name, None, f"the log also has a KL to the reference by name, so {name} may be that or the "
                      "old-vs-new approx-KL; name it with --map")
     coefficient = sorted(n for n, b in bases.items() if b in KL_COEFFICIENT)
@@ -257,12 +266,13 @@ def _entropy_loss(name: str, values: list[float]) -> Guess:
     return Guess(name, None, "an entropy loss of either sign: the entropy or minus it; name it with --map")
 
 
-def resolve(names: Iterable[str], values: Callable[[str], list[float]]) -> list[Guess]:
+def resolve(names: Iterable[str], values: Callable[[str], list[float]], neighbours: Iterable[str] = ()) -> list[Guess]:
     """A guess for each name that is not canonical: evaluations kept apart, spelling
     families read as their metric, ambiguous names kept apart with their meaning unknown;
-    names no family knows get no guess (they stay unknown)."""
+    names no family knows get no guess (they stay unknown). `neighbours` are the log's
+    other names (canonical, mapped): they tell what an ambiguous name is too."""
     names = sorted(set(names) - KNOWN)
-    bases = {name: normalise(name)[0] for name in names}
+    bases = {name: normalise(name)[0] for name in {*names, *neighbours}}
     guesses = []
     for name in names:
         if EVALUATION.match(name) and not NOT_EVALUATION.match(name.lower()):
@@ -277,6 +287,9 @@ def resolve(names: Iterable[str], values: Callable[[str], list[float]]) -> list[
             guesses.append(Guess(name, metric or None, why, Column(metric, "nats/sequence") if metric else None))
             continue
         base, statistic = normalise(name)
+        whole = _whole(name)
+        if _lookup(MEANS, whole) is not None:  # a spelling whose own words end like a statistic
+            base, statistic = whole, ""
         if base in AMBIGUOUS_KL and statistic in ("", "mean"):
             guesses.append(_bare_kl(name, bases, values(name)))
             continue

@@ -96,9 +96,9 @@ class Dialect:
 CANONICAL = Dialect("canonical", "canonical names (docs/metrics.md), or any names with --map")
 
 
-# Reads the names of a log no dialect claims (`resolver.resolve`): names, and each name's
-# numbers -> guesses with `name`, `metric`, `why` and the `column` to read it through.
-Resolver = Callable[[set[str], Callable[[str], list[float]]], list[Any]]
+# Reads the names of a log no dialect claims (`resolver.resolve`): names, each name's numbers,
+# and all the log's names (neighbours) -> guesses with `name`, `metric`, `why` and `column`.
+Resolver = Callable[[set[str], Callable[[str], list[float]], set[str]], list[Any]]
 
 
 @dataclass(frozen=True)
@@ -222,14 +222,15 @@ def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str,
     guesses = []
     if guess is not None and dialect is CANONICAL:
         unclaimed = names - set(mapping.columns) - KNOWN
-        guesses = [g for g in guess(unclaimed, lambda name: _numbers(raw.records, name))]
+        guesses = guess(unclaimed, lambda name: _numbers(raw.records, name), names)
     guessed = {g.name: g.column for g in guesses if g.column is not None}
     columns = {**dialect.columns, **guessed, **mapping.columns}
     ignored = _ignored_names(names | {raw.step_key}, dialect, raw.step_key) - set(mapping.columns) - {step_key}
     plan = _plan_names(names - ignored, columns, dialect)
     plan.evaluation |= {metric for name, metric in plan.rename.items() if name in guessed
                         and metric.startswith(EVAL_PREFIX)}
-    ignored = ignored | _drop_collisions(plan.rename, raw.records, set(mapping.columns), raw.notes)
+    ignored = ignored | _drop_collisions(plan.rename, raw.records, set(mapping.columns), raw.notes,
+                                         set(guessed) - set(mapping.columns))
     _check_steps(raw.records, step_key, source)
     scales = {name: columns[k].scale for name in plan.rename
               if (k := name if name in columns else _strip(name, dialect.prefixes)) in columns
@@ -286,11 +287,12 @@ def adopt_held_out(table: MetricTable, patterns: tuple[re.Pattern[str], ...]) ->
 
 
 def _drop_collisions(rename: dict[str, str], records: list[dict[str, Any]], preferred: set[str],
-                     notes: list[str]) -> set[str]:
+                     notes: list[str], guessed: set[str] = frozenset()) -> set[str]:
     """Two names of one log mapped to the same metric (two validation sets, `lr` and
-    `learning_rate`): the one with the most finite values fills it (ties: the user's
-    mapping, then the first by name), the others are not read and the notes say so, so
-    that no series mixes two sources. Returns the names dropped."""
+    `learning_rate`): a name logged as the metric (canonical, the trainer's, the user's)
+    before one the resolver guessed, then the one with the most finite values (ties: the
+    user's mapping, then the first by name); the others are not read and the notes say
+    so, so that no series mixes two sources. Returns the names dropped."""
     by_metric: dict[str, list[str]] = {}
     for name, metric in rename.items():
         by_metric.setdefault(metric, []).append(name)
@@ -299,7 +301,7 @@ def _drop_collisions(rename: dict[str, str], records: list[dict[str, Any]], pref
         if len(names) < 2:
             continue
         counts = {n: sum(1 for r in records if _finite(r.get(n))) for n in names}
-        kept, *others = sorted(names, key=lambda n: (-counts[n], n not in preferred, n))
+        kept, *others = sorted(names, key=lambda n: (n in guessed, -counts[n], n not in preferred, n))
         for name in others:
             del rename[name]
             dropped.add(name)

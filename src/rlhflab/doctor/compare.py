@@ -1,0 +1,227 @@
+"""Runs before and after a fix, compared in their noise (`rlhflab compare BEFORE... --
+AFTER...`): each finding of the before side gone, weaker or still there; new findings; the
+change of the run's truth (the gold or held-out score where both sides log one, else the
+proxy, said) with an interval; the settings that differ; a verdict.
+
+Statistics. A training curve is autocorrelated, so the truth's level at the end of a run
+(the mean of its last quarter) gets its interval from a moving block bootstrap (Kuensch 1989,
+"The jackknife and the bootstrap for general stationary observations"; blocks of n^(1/3)
+points, the order Hall, Horowitz & Jing 1995 give for a variance), and with several runs a
+side the runs are resampled too (seed-to-seed spread). With one run a side there is no
+seed spread: a change of the truth is then "cannot tell" unless it is larger than the seed
+spread measured on rlhflab's world (`WORLD_SEED_SPREAD`, for runs of that world only). A
+finding that is gone is reported as gone whatever the truth says.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import asdict, dataclass, field, fields
+from typing import Literal
+
+from rlhflab.doctor.diagnose import diagnose
+from rlhflab.doctor.findings import Diagnosis
+from rlhflab.doctor.rules.registry import Threshold
+from rlhflab.doctor.table import MetricTable
+
+Verdict = Literal["fixed", "partly fixed", "not fixed", "worse", "cannot tell"]
+EXIT_CODES: dict[str, int] = {"fixed": 0, "not fixed": 1, "worse": 1, "partly fixed": 3, "cannot tell": 3}
+SERIOUS = ("high", "medium")
+WORLD_SEED_SPREAD = Threshold(
+    "WORLD_SEED_SPREAD", 0.028,
+    "standard deviation of the last quarter's mean gold over the three healthy demo seeds of the reviews world "
+    "(0.438, 0.445, 0.489; docs/faults.md's healthy runs, trained 2026-12-05): three seeds, so a rough figure")
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class FindingChange:
+    rule: str
+    status: Literal["gone", "weaker", "still there"]
+    metric: str  # its evidence metric
+    before: float  # the metric's last-quarter mean, before (mean over runs)
+    after: float
+    detail: str
+
+
+@dataclass(frozen=True)
+class TruthChange:
+    metric: str  # reward/gold_mean or reward/proxy_mean
+    which: str  # "gold or held-out score" or "proxy (no truth logged on both sides)"
+    at_matched_steps: float | None  # mean of after - before over the steps both sides logged
+    before_end: float
+    after_end: float
+    change: float
+    low: float
+    high: float
+    significant: bool | None  # None: cannot tell (one run a side and no world spread to hold it to)
+    method: str
+
+
+@dataclass
+class Comparison:
+    findings: list[FindingChange] = field(default_factory=list)
+    new_findings: list[str] = field(default_factory=list)
+    truth: TruthChange | None = None
+    settings: dict[str, tuple] = field(default_factory=dict)  # setting -> (before, after)
+    verdict: Verdict = "cannot tell"
+    why: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    def to_json(self) -> dict:
+        return {"verdict": self.verdict, "why": self.why, "exit_code": self.exit_code,
+                "findings": [asdict(f) for f in self.findings], "new_findings": self.new_findings,
+                "truth": asdict(self.truth) if self.truth else None,
+                "settings": {k: list(v) for k, v in self.settings.items()}}
+
+
+def end_values(values: list[float]) -> list[float]:
+    """The last quarter of a run (at least 3 points): where its end level is read."""
+    return values[-max(3, len(values) // 4):]
+
+
+def block_means(values: list[float], rng: random.Random) -> float:
+    """One moving-block-bootstrap resample's mean (blocks of n^(1/3) consecutive points)."""
+    n = len(values)
+    size = max(1, round(n ** (1 / 3)))
+    out: list[float] = []
+    while len(out) < n:
+        start = rng.randrange(0, n - size + 1)
+        out.extend(values[start:start + size])
+    return statistics.fmean(out[:n])
+
+
+def side_level(runs: list[list[float]], rng: random.Random) -> float:
+    """One resample of a side's end level: its runs resampled (when several), each run's end
+    resampled in blocks; the mean over the resampled runs."""
+    chosen = [rng.choice(runs) for _ in runs] if len(runs) > 1 else runs
+    return statistics.fmean(block_means(end_values(r), rng) for r in chosen)
+
+
+def truth_change(before: list[MetricTable], after: list[MetricTable], seed: int = 0) -> TruthChange | None:
+    both_gold = all(t.get("reward/gold_mean") is not None for t in before + after)
+    metric = "reward/gold_mean" if both_gold else "reward/proxy_mean"
+    if any(t.get(metric) is None for t in before + after):
+        return None
+    which = "gold or held-out score" if both_gold else "proxy (no truth logged on both sides)"
+    b_runs = [list(t.get(metric).values) for t in before]
+    a_runs = [list(t.get(metric).values) for t in after]
+    rng = random.Random(seed)
+    diffs = sorted(side_level(a_runs, rng) - side_level(b_runs, rng) for _ in range(RESAMPLES))
+    tail = (1 - CONFIDENCE) / 2
+    low, high = diffs[int(tail * RESAMPLES)], diffs[int((1 - tail) * RESAMPLES) - 1]
+    b_end = statistics.fmean(statistics.fmean(end_values(r)) for r in b_runs)
+    a_end = statistics.fmean(statistics.fmean(end_values(r)) for r in a_runs)
+    change = a_end - b_end
+    matched = None
+    b_at = dict(zip(before[0].get(metric).steps, before[0].get(metric).values))
+    a_at = dict(zip(after[0].get(metric).steps, after[0].get(metric).values))
+    common = sorted(b_at.keys() & a_at.keys())
+    if common:
+        matched = statistics.fmean(a_at[s] - b_at[s] for s in common)
+    method = (f"{CONFIDENCE:.0%} moving block bootstrap (Kuensch 1989) of the last quarter's mean"
+              + (", runs resampled for the seed spread" if len(b_runs) > 1 and len(a_runs) > 1 else ""))
+    if len(b_runs) > 1 and len(a_runs) > 1:
+        significant: bool | None = low > 0 or high < 0
+    elif both_gold and all(t.settings.trainer == "rlhflab" for t in before + after):
+        bound = 1.96 * math.sqrt(2) * WORLD_SEED_SPREAD.value
+        significant = abs(change) > bound and (low > 0 or high < 0)
+        method += (f"; one run a side, held to the world's seed spread: |change| > 1.96 x sqrt(2) x "
+                   f"{WORLD_SEED_SPREAD.value:g} = {bound:.3g} ({WORLD_SEED_SPREAD.source})")
+    else:
+        significant = None
+        method += "; one run a side: no seed spread to hold the change to"
+    return TruthChange(metric, which, matched, b_end, a_end, change, low, high, significant, method)
+
+
+def _serious(diagnosis: Diagnosis) -> dict[str, str]:
+    return {f.rule: f.severity for f in diagnosis.findings if f.severity in SERIOUS}
+
+
+def _end_mean(tables: list[MetricTable], metric: str) -> float:
+    levels = [statistics.fmean(end_values(list(s.values))) for t in tables if (s := t.get(metric, any_unit=True))]
+    return statistics.fmean(levels) if levels else math.nan
+
+
+def finding_changes(before: list[Diagnosis], after: list[Diagnosis], before_tables: list[MetricTable],
+                    after_tables: list[MetricTable]) -> tuple[list[FindingChange], list[str]]:
+    """Each medium/high finding of the before side (any of its runs): gone (on no after run),
+    weaker (on fewer after runs, or less severe), or still there; and the after side's new ones
+    (on none of the runs before and on most of those after)."""
+    order = {"high": 2, "medium": 1}
+    b_rules: dict[str, str] = {}
+    evidence: dict[str, str] = {}
+    for d in before:
+        for f in d.findings:
+            if f.severity in SERIOUS and order[f.severity] > order.get(b_rules.get(f.rule, ""), 0):
+                b_rules[f.rule] = f.severity
+                evidence[f.rule] = f.evidence[0].metric if f.evidence else ""
+    after_serious = [_serious(d) for d in after]
+    changes = []
+    for rule, severity in sorted(b_rules.items()):
+        on = [s[rule] for s in after_serious if rule in s]
+        metric = evidence[rule]
+        b, a = _end_mean(before_tables, metric), _end_mean(after_tables, metric)
+        if not on:
+            status, detail = "gone", f"on none of the {len(after)} run(s) after"
+        elif len(on) < len(after) or max(order[s] for s in on) < order[severity]:
+            status, detail = "weaker", f"on {len(on)} of {len(after)} run(s) after, at most {max(on, key=order.get)}"
+        else:
+            status, detail = "still there", f"on all {len(after)} run(s) after"
+        changes.append(FindingChange(rule, status, metric, b, a, detail + f"; {metric} {b:.4g} -> {a:.4g} (last "
+                                     "quarter)"))
+    before_any = set(b_rules)
+    counts = {rule: sum(rule in s for s in after_serious) for rule in {r for s in after_serious for r in s} - before_any}
+    # A new finding counts when most runs after show it: one seed in several is the rule's own noise.
+    new = sorted(rule for rule, count in counts.items() if 2 * count > len(after))
+    return changes, new
+
+
+def differing_settings(before: list[MetricTable], after: list[MetricTable]) -> dict[str, tuple]:
+    b, a = before[0].settings, after[0].settings
+    return {f.name: (getattr(b, f.name), getattr(a, f.name)) for f in fields(b)
+            if f.name not in ("trainer", "has_gold") and getattr(b, f.name) != getattr(a, f.name)}
+
+
+def compare_tables(before: list[MetricTable], after: list[MetricTable], seed: int = 0) -> Comparison:
+    """The comparison of two sides (one or more runs each), with its verdict."""
+    b_diag, a_diag = [diagnose(t) for t in before], [diagnose(t) for t in after]
+    result = Comparison()
+    result.findings, result.new_findings = finding_changes(b_diag, a_diag, before, after)
+    result.truth = truth_change(before, after, seed)
+    result.settings = differing_settings(before, after)
+    result.verdict, result.why = verdict(result, b_diag, a_diag)
+    return result
+
+
+def verdict(result: Comparison, before: list[Diagnosis], after: list[Diagnosis]) -> tuple[Verdict, str]:
+    truth = result.truth
+    worse_truth = truth is not None and truth.significant and truth.change < 0
+    better_truth = truth is not None and truth.significant and truth.change > 0
+    if result.new_findings:
+        return "worse", "new finding(s) after: " + ", ".join(result.new_findings)
+    if worse_truth:
+        return "worse", f"the {truth.which} fell by {-truth.change:.3g} ({truth.low:+.3g} to {truth.high:+.3g})"
+    if any(d.verdict == "cannot_tell" for d in after):
+        return "cannot tell", "a run after the fix could not be examined: " + next(
+            d.cannot_tell_reason() for d in after if d.verdict == "cannot_tell")
+    statuses = [f.status for f in result.findings]
+    if statuses:
+        if all(s == "gone" for s in statuses):
+            return "fixed", "every finding of the run(s) before is gone"
+        if any(s in ("gone", "weaker") for s in statuses):
+            gone = sum(s == "gone" for s in statuses)
+            return "partly fixed", f"{gone} of {len(statuses)} finding(s) gone, " + ", ".join(
+                f.rule for f in result.findings if f.status != "gone") + " not"
+        return "not fixed", "every finding of the run(s) before is still there"
+    if better_truth:
+        return "fixed", f"no finding before; the {truth.which} rose by {truth.change:.3g}"
+    if truth is not None and truth.significant is None:
+        return "cannot tell", "no finding before, and one run a side: " + truth.method.split("; ")[-1]
+    return "cannot tell", "no finding before, and no change of the truth beyond its noise"
