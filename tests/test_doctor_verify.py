@@ -49,12 +49,14 @@ def test_the_fix_removes_the_symptom_with_the_same_seeds(verified):
     report = json.loads((before / "verify.json").read_text())
     assert report["fix"] == ["ppo.kl_coef=0.2"]
     rows = {r["rule"]: r for r in report["comparison"]}
-    # The row holds the last value of the finding's first evidence metric: KL falls with
-    # the fix, and gold reward (when gold hacking was found) rises.
+    # The row holds the last quarter's mean of the finding's first evidence metric (the
+    # comparison `rlhflab compare` makes): KL falls with the fix, and gold reward (when gold
+    # hacking was found) rises.
     assert rows["kl_explosion"]["gone"] and rows["kl_explosion"]["after"] < rows["kl_explosion"]["before"]
     if "reward_hacking_gold" in rows:
         row = rows["reward_hacking_gold"]
         assert row["gone"] and row["metric"] == "reward/gold_mean" and row["after"] > row["before"], row
+    assert report["verdict"] in ("fixed", "partly fixed") and report["truth"]["metric"] == "reward/gold_mean"
     after_kl = read_jsonl(after / "metrics" / "ppo.jsonl")[-1]["kl/mean"]
     before_kl = read_jsonl(before / "metrics" / "ppo.jsonl")[-1]["kl/mean"]
     assert after_kl < before_kl / 2

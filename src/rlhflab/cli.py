@@ -460,8 +460,6 @@ def verify(
 ) -> None:
     """Rerun RUN's config with the same seeds and the fix; compare the diagnoses."""
     _training_stack()
-    from rich.table import Table
-
     from rlhflab.config import ConfigError
     from rlhflab.verify import verify as run_verify
 
@@ -473,17 +471,10 @@ def verify(
     except ConfigError as err:
         console.print(f"[red]config error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
-    table = Table(title=f"verify {' '.join(fix)}: {run} -> {result.rerun}")
-    for column in ("finding", "after the fix", "metric (end)", "before", "after"):
-        table.add_column(column)
-    for c in result.comparison:
-        table.add_row(c.rule, "[green]gone[/green]" if c.gone else "[red]still there[/red]", c.metric,
-                      f"{c.before:.4g}", f"{c.after:.4g}")
-    console.print(table)
-    if not result.comparison:
+    console.print(f"verify {' '.join(fix)}: {run} -> {result.rerun}")
+    if not result.comparison.findings:
         console.print("the original run had no finding")
-    if result.new_findings:
-        console.print(f"[yellow]new findings after the fix:[/yellow] {', '.join(result.new_findings)}")
+    print_comparison(result.comparison)
 
 
 @app.command()

@@ -1,5 +1,6 @@
 """`rlhflab verify RUN --fix k=v`: rerun a run's config with the same seeds and the fix,
-diagnose both runs, and say finding by finding whether the symptom is gone.
+diagnose both runs, and compare them as `rlhflab compare` does (doctor/compare.py: each
+finding gone, weaker or still there, new findings, the truth's change, a verdict).
 
 Only the stages a fix touches are rerun: a `ppo.*` fix reuses the run's stage-1 and
 stage-2 models (copied, so the original run is untouched), a `reward.*` fix reruns
@@ -14,22 +15,13 @@ from pathlib import Path
 
 from rlhflab.config import apply_overrides, config_from_run, parse_override, save_config
 from rlhflab.distributed import Cluster
+from rlhflab.doctor.compare import Comparison, compare_tables
 from rlhflab.doctor.diagnose import read_and_diagnose, write_diagnosis
 from rlhflab.doctor.findings import Diagnosis
 from rlhflab.doctor.report import write_report
-from rlhflab.doctor.table import MetricTable
 from rlhflab.faults.zoo import components_for
 from rlhflab.pipeline import STAGE_NAMES, STAGES, StageContext, run_stages
 from rlhflab.runs import RunDir, write_json
-
-
-@dataclass(frozen=True)
-class Comparison:
-    rule: str
-    gone: bool
-    metric: str
-    before: float
-    after: float
 
 
 @dataclass(frozen=True)
@@ -37,8 +29,11 @@ class VerifyResult:
     rerun: Path
     before: Diagnosis
     after: Diagnosis
-    comparison: list[Comparison]
-    new_findings: list[str]
+    comparison: Comparison  # the same comparison as `rlhflab compare` (doctor/compare.py)
+
+    @property
+    def new_findings(self) -> list[str]:
+        return self.comparison.new_findings
 
 
 def first_stage_to_rerun(fix: dict[str, str]) -> str:
@@ -65,19 +60,6 @@ def rerun(config, source: RunDir, out: RunDir, first_stage: str, components, sho
     run_stages(StageContext(config, out, components, show_progress, Cluster.single(), resume=False), first_stage)
 
 
-def compare(before: Diagnosis, after: Diagnosis, before_table: MetricTable, after_table: MetricTable) -> list[Comparison]:
-    """Finding by finding of the run before the fix: gone after it or not, with the last
-    value of its first evidence metric in both runs."""
-    remaining = {f.rule for f in after.findings}
-    rows = []
-    for finding in before.findings:
-        metric = finding.evidence[0].metric
-        b, a = before_table.get(metric), after_table.get(metric)
-        rows.append(Comparison(finding.rule, finding.rule not in remaining, metric,
-                               b.values[-1] if b else float("nan"), a.values[-1] if a else float("nan")))
-    return rows
-
-
 def verify(run_dir: Path, fixes: list[str], out: Path | None = None, components=None,
            show_progress: bool = True) -> VerifyResult:
     source = RunDir(Path(run_dir))
@@ -90,12 +72,13 @@ def verify(run_dir: Path, fixes: list[str], out: Path | None = None, components=
     (before_table, before), (after_table, after) = read_and_diagnose(source.root), read_and_diagnose(target.root)
     write_diagnosis(before, source.diagnosis)
     write_diagnosis(after, target.diagnosis)
-    comparison = compare(before, after, before_table, after_table)
-    new = sorted({f.rule for f in after.findings} - {f.rule for f in before.findings})
+    comparison = compare_tables([before_table], [after_table])
+    saved = comparison.to_json()
     write_json(source.root / "verify.json", {
         "fix": [f"{k}={v}" for k, v in fix.items()], "rerun": str(target.root),
-        "comparison": [c.__dict__ for c in comparison], "new_findings": new,
+        "comparison": [{**f, "gone": f["status"] == "gone"} for f in saved["findings"]],
+        **{k: saved[k] for k in ("new_findings", "verdict", "why", "truth")},
     })
     write_report(source.root, before_table, before, compare=after_table)
     write_report(target.root, after_table, after)
-    return VerifyResult(target.root, before, after, comparison, new)
+    return VerifyResult(target.root, before, after, comparison)

@@ -156,14 +156,15 @@ def _verify_section(run: RunDir) -> str:
         return ""
     data = json.loads(path.read_text())
     rows = "".join(
-        f"<tr><td>{html.escape(r['rule'])}</td><td>{'gone' if r['gone'] else 'still there'}</td>"
+        f"<tr><td>{html.escape(r['rule'])}</td><td>{r.get('status', 'gone' if r['gone'] else 'still there')}</td>"
         f"<td>{html.escape(r['metric'])}</td><td>{r['before']:.4g}</td><td>{r['after']:.4g}</td></tr>"
         for r in data["comparison"]
     )
     return (f"<h2>Verification</h2><p>Rerun with <code>{html.escape(' '.join(data['fix']))}</code> into "
             f"<code>{html.escape(data['rerun'])}</code>; dashed lines in the plots are the rerun.</p>"
-            f"<table><tr><th>finding</th><th>after the fix</th><th>metric (end)</th><th>before</th><th>after</th></tr>"
-            f"{rows}</table>")
+            f"<table><tr><th>finding</th><th>after the fix</th><th>metric (last quarter)</th><th>before</th>"
+            f"<th>after</th></tr>{rows}</table><p>Verdict: {html.escape(data.get('verdict', '-'))} "
+            f"({html.escape(data.get('why', ''))})</p>")
 
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:auto;padding:1em;color:#222}
