@@ -1,0 +1,116 @@
+"""`rlhflab compare` on the reviews world: how often two runs that differ only in their seed
+are called a change (the false-positive rate, with its Wilson interval), and how often a
+known fix comes out fixed. Short PPO-only reruns reusing a healthy run's stages 1-2.
+
+    python bench/compare_bench.py [--base runs/faults-bench/healthy-seed0] [--out runs/compare-bench]
+        [--pairs 30] [--fixes 10] [--iterations 40] [--doc docs/benchmarks.md]
+
+Seed-only pairs: disjoint pairs of healthy runs (seeds 1000+2k and 1000+2k+1). Known fixes, each
+against the healthy run of the same seed: `ppo.kl_coef` 0 -> 0.2 and `ppo.lr` 30x -> 1x.
+One run a side, so the truth (gold) is held to the world's seed spread (doctor/compare.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+from benchlib import replace_section
+
+ROOT = Path(__file__).resolve().parents[1]
+START, END = "## Comparing runs before and after a fix", "<!-- end compare bench -->"
+
+
+def train(base: Path, out: Path, overrides: list[str]) -> Path:
+    from rlhflab.config import apply_overrides, config_from_run, parse_override
+    from rlhflab.faults.zoo import components_for
+    from rlhflab.runs import RunDir
+    from rlhflab.verify import rerun
+
+    run = RunDir(out)
+    if not run.metrics("ppo").is_file():
+        config = apply_overrides(config_from_run(base), dict(parse_override(o) for o in overrides), "bench")
+        rerun(config, RunDir(base), run, "ppo", components_for(config), show_progress=False)
+    return out
+
+
+def verdict(before: Path, after: Path) -> dict:
+    from rlhflab.doctor.compare import compare_tables
+    from rlhflab.doctor.formats import read_log
+
+    result = compare_tables([read_log(before)], [read_log(after)])
+    return {"verdict": result.verdict, "why": result.why,
+            "change": result.truth.change if result.truth else None}
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's score interval for a binomial proportion (Wilson 1927)."""
+    if n == 0:
+        return math.nan, math.nan
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", type=Path, default=ROOT / "runs" / "faults-bench" / "healthy-seed0")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "compare-bench")
+    parser.add_argument("--pairs", type=int, default=30)
+    parser.add_argument("--fixes", type=int, default=10)
+    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--doc", type=Path, default=None)
+    args = parser.parse_args()
+    from rlhflab.config import config_from_run
+
+    lr = config_from_run(args.base).ppo.lr
+    start = time.perf_counter()
+    common = [f"ppo.iterations={args.iterations}"]
+
+    def healthy(seed: int) -> Path:
+        return train(args.base, args.out / f"healthy-{seed}", [*common, f"seed={seed}"])
+
+    rows = {"seed_only": [], "kl_coef": [], "lr": []}
+    for k in range(args.pairs):
+        a, b = 1000 + 2 * k, 1000 + 2 * k + 1
+        rows["seed_only"].append({"pair": [a, b], **verdict(healthy(a), healthy(b))})
+        print(json.dumps(rows["seed_only"][-1]), flush=True)
+    for k in range(args.fixes):
+        seed = 1000 + 2 * k
+        kl0 = train(args.base, args.out / f"kl0-{seed}", [*common, f"seed={seed}", "ppo.kl_coef=0"])
+        rows["kl_coef"].append({"seed": seed, **verdict(kl0, healthy(seed))})
+        fast = train(args.base, args.out / f"lr30x-{seed}", [*common, f"seed={seed}", f"ppo.lr={30 * lr}"])
+        rows["lr"].append({"seed": seed, **verdict(fast, healthy(seed))})
+        print(json.dumps({"kl": rows["kl_coef"][-1], "lr": rows["lr"][-1]}), flush=True)
+    seconds = time.perf_counter() - start
+    (args.out / "results.json").write_text(json.dumps(rows, indent=1))
+    if args.doc is not None:
+        replace_section(args.doc, START, END, render(rows, args, seconds))
+
+
+def render(rows: dict, args, seconds: float) -> str:
+    pairs = rows["seed_only"]
+    called = sum(r["verdict"] in ("fixed", "worse", "not fixed", "partly fixed") for r in pairs)
+    low, high = wilson(called, len(pairs))
+    counts = lambda rs: ", ".join(f"{v} {sum(r['verdict'] == v for r in rs)}" for v in  # noqa: E731
+                                  ("fixed", "partly fixed", "not fixed", "worse", "cannot tell")
+                                  if any(r["verdict"] == v for r in rs))
+    return "\n".join([
+        START, "",
+        f"Command: `python bench/compare_bench.py --pairs {args.pairs} --fixes {args.fixes} --iterations "
+        f"{args.iterations} --doc docs/benchmarks.md` (2-core CPU; PPO-only reruns of {args.iterations} iterations from "
+        f"{args.base}'s stages 1-2; {seconds / 60:.0f} min). One run a side: the gold is held to the world's seed "
+        "spread (doctor/compare.py, `WORLD_SEED_SPREAD`).", "",
+        f"- seed-only pairs called a change: {called} of {len(pairs)} = {called / max(1, len(pairs)):.0%} (95% Wilson "
+        f"interval {low:.0%}-{high:.0%}); verdicts: {counts(pairs)}",
+        f"- `ppo.kl_coef` 0 -> 0.2, same seed: {counts(rows['kl_coef'])} (of {len(rows['kl_coef'])})",
+        f"- `ppo.lr` 30x -> 1x, same seed: {counts(rows['lr'])} (of {len(rows['lr'])})",
+        "", END])
+
+
+if __name__ == "__main__":
+    main()
