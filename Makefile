@@ -58,6 +58,7 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/real_logs.py
 	$(PY) bench/peer_doctors.py --doc docs/benchmarks.md
 	$(PY) bench/mismatch_calibration.py --base runs/bench --run-name 'demo-seed{seed}' --seeds 0 1 2
+	$(PY) bench/compare_bench.py --base runs/bench/demo-seed0 --doc docs/benchmarks.md
 	$(PY) bench/calibration.py --base runs/bench/demo-seed0 --out runs/calibration
 	$(TRL_VENV)/bin/python bench/calibration.py --base runs/bench/demo-seed0 --out runs/calibration --steps 120 \
 		--only ppo-healthy-s0 ppo-healthy-s1 ppo-kl0-lr3x ppo-lr30x

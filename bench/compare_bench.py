@@ -53,7 +53,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def main() -> None:
@@ -103,8 +103,10 @@ def render(rows: dict, args, seconds: float) -> str:
         START, "",
         f"Command: `python bench/compare_bench.py --pairs {args.pairs} --fixes {args.fixes} --iterations "
         f"{args.iterations} --doc docs/benchmarks.md` (2-core CPU; PPO-only reruns of {args.iterations} iterations from "
-        f"{args.base}'s stages 1-2; {seconds / 60:.0f} min). One run a side: the gold is held to the world's seed "
-        "spread (doctor/compare.py, `WORLD_SEED_SPREAD`).", "",
+        f"the stages 1-2 of {args.base.relative_to(ROOT) if args.base.is_relative_to(ROOT) else args.base}; "
+        f"{seconds / 60:.0f} min). One run a side: the gold is held to the world's seed spread (doctor/compare.py, "
+        "`WORLD_SEED_SPREAD`). A seed-only pair is called a change when its verdict is anything but cannot tell; "
+        "every healthy run has no finding, so a change could only come from the gold or a new finding.", "",
         f"- seed-only pairs called a change: {called} of {len(pairs)} = {called / max(1, len(pairs)):.0%} (95% Wilson "
         f"interval {low:.0%}-{high:.0%}); verdicts: {counts(pairs)}",
         f"- `ppo.kl_coef` 0 -> 0.2, same seed: {counts(rows['kl_coef'])} (of {len(rows['kl_coef'])})",
