@@ -3,7 +3,7 @@ are called a change (the false-positive rate, with its Wilson interval), and how
 known fix comes out fixed. Short PPO-only reruns reusing a healthy run's stages 1-2.
 
     python bench/compare_bench.py [--base runs/faults-bench/healthy-seed0] [--out runs/compare-bench]
-        [--pairs 30] [--fixes 10] [--iterations 40] [--doc docs/benchmarks.md]
+        [--pairs 30] [--fixes 10] [--iterations 40] [--trl runs/calibration] [--doc docs/benchmarks.md]
 
 Seed-only pairs: disjoint pairs of healthy runs (seeds 1000+2k and 1000+2k+1). Known fixes, each
 against the healthy run of the same seed: `ppo.kl_coef` 0 -> 0.2 and `ppo.lr` 30x -> 1x.
@@ -32,9 +32,20 @@ def train(base: Path, out: Path, overrides: list[str]) -> Path:
 
     run = RunDir(out)
     if not run.metrics("ppo").is_file():
+        start = time.perf_counter()
         config = apply_overrides(config_from_run(base), dict(parse_override(o) for o in overrides), "bench")
         rerun(config, RunDir(base), run, "ppo", components_for(config), show_progress=False)
+        (out / TIMING).write_text(json.dumps({"seconds": time.perf_counter() - start}))
     return out
+
+
+TIMING = "bench.json"  # in each run: the wall time of its training
+
+
+def trained_seconds(out: Path) -> float:
+    """The wall time the bench's runs took to train, when they were trained (0 for runs trained before
+    timings were kept)."""
+    return sum(json.loads(p.read_text())["seconds"] for p in out.glob(f"*/{TIMING}"))
 
 
 def verdict(before: Path, after: Path) -> dict:
@@ -44,6 +55,35 @@ def verdict(before: Path, after: Path) -> dict:
     result = compare_tables([read_log(before)], [read_log(after)])
     return {"verdict": result.verdict, "why": result.why,
             "change": result.truth.change if result.truth else None}
+
+
+# TRL runs of the world (bench/calibration.py's, whose callback logs the gold beside the
+# proxy): (before, after, what differs) for seed-only pairs and known fixes.
+TRL_PAIRS = (
+    ("grpo-healthy-s0", "grpo-healthy-s1", "seed"), ("grpo-healthy-s1", "grpo-healthy-s2", "seed"),
+    ("rloo-healthy-s0", "rloo-healthy-s1", "seed"), ("ppo-healthy-s0", "ppo-healthy-s1", "seed"),
+    ("grpo-lr30x", "grpo-healthy-s0", "learning rate 30x -> 1x"), ("rloo-lr30x", "rloo-healthy-s0", "learning rate "
+                                                                                                   "30x -> 1x"),
+    ("ppo-lr30x", "ppo-healthy-s0", "learning rate 30x -> 1x"), ("ppo-kl0-lr3x", "ppo-healthy-s0", "kl_coef 0 -> 0.05, "
+                                                                                                  "lr 3x -> 1x"),
+)
+
+
+def trl_pairs(calibration: Path) -> list[dict]:
+    from rlhflab.doctor.compare import compare_tables
+    from rlhflab.doctor.formats import read_log
+    from rlhflab.doctor.formats.mapping import parse_pairs
+
+    gold = parse_pairs(["gold=reward/gold_mean"])
+    rows = []
+    for before, after, what in TRL_PAIRS:
+        paths = [calibration / name / "trainer_state.json" for name in (before, after)]
+        if not all(p.is_file() for p in paths):
+            continue
+        result = compare_tables([read_log(paths[0], gold)], [read_log(paths[1], gold)])
+        rows.append({"before": before, "after": after, "differs": what, "verdict": result.verdict, "why": result.why})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -63,6 +103,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=30)
     parser.add_argument("--fixes", type=int, default=10)
     parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--trl", type=Path, default=ROOT / "runs" / "calibration",
+                        help="bench/calibration.py's TRL runs, for a few pairs of TRL GRPO/RLOO/PPO runs of the world")
     parser.add_argument("--doc", type=Path, default=None)
     args = parser.parse_args()
     from rlhflab.config import config_from_run
@@ -86,7 +128,8 @@ def main() -> None:
         fast = train(args.base, args.out / f"lr30x-{seed}", [*common, f"seed={seed}", f"ppo.lr={30 * lr}"])
         rows["lr"].append({"seed": seed, **verdict(fast, healthy(seed))})
         print(json.dumps({"kl": rows["kl_coef"][-1], "lr": rows["lr"][-1]}), flush=True)
-    seconds = time.perf_counter() - start
+    seconds = trained_seconds(args.out) or time.perf_counter() - start
+    rows["trl"] = trl_pairs(args.trl) if args.trl.is_dir() else []
     (args.out / "results.json").write_text(json.dumps(rows, indent=1))
     if args.doc is not None:
         replace_section(args.doc, START, END, render(rows, args, seconds))
@@ -111,7 +154,16 @@ def render(rows: dict, args, seconds: float) -> str:
         f"interval {low:.0%}-{high:.0%}); verdicts: {counts(pairs)}",
         f"- `ppo.kl_coef` 0 -> 0.2, same seed: {counts(rows['kl_coef'])} (of {len(rows['kl_coef'])})",
         f"- `ppo.lr` 30x -> 1x, same seed: {counts(rows['lr'])} (of {len(rows['lr'])})",
-        "", END])
+        "", *trl_table(rows.get("trl", [])), END])
+
+
+def trl_table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    return ["TRL runs of the world (bench/calibration.py's, 60-120 steps, gold mapped with `--map gold=reward/gold_mean`; "
+            "one run a side and no world spread for them, so the gold alone cannot tell):", "",
+            "| before | after | what differs | verdict | why |", "|---|---|---|---|---|",
+            *[f"| {r['before']} | {r['after']} | {r['differs']} | {r['verdict']} | {r['why']} |" for r in rows], ""]
 
 
 if __name__ == "__main__":

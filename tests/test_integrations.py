@@ -3,6 +3,7 @@ models: a run whose per-token KL runs away (beta = 0.04 with a learning rate 100
 high) stops itself with a checkpoint and the right finding; a healthy run is not stopped."""
 
 import json
+import math
 import os
 
 import pytest
@@ -53,3 +54,20 @@ def test_a_healthy_grpo_run_is_not_stopped(smoke_run, tmp_path):
     assert trainer.state.global_step == 60 and callback.stopped_at is None
     assert "kl_explosion" not in callback.watch.told
     assert (tmp_path / "rlhflab" / "report.html").is_file()
+
+
+def test_a_run_compared_as_it_goes_with_an_earlier_one_whose_kl_ran_away(smoke_run, tmp_path):
+    """compare_to: the earlier run's kl_explosion is told gone once this healthy run passes
+    the step where it began, and compare.json holds rlhflab compare's verdict at the end."""
+    earlier = tmp_path / "earlier" / "trainer_state.json"
+    earlier.parent.mkdir()
+    history = [{"step": i, "loss": 0.0, "reward": 0.1 + 0.001 * i, "reward_std": 0.3, "frac_reward_zero_std": 0.1,
+                "kl": 0.001 * math.exp(0.25 * i), "completions/mean_length": 16.0, "entropy": 2.0,
+                "learning_rate": 1e-2, "grad_norm": 1.0} for i in range(1, 41)]
+    earlier.write_text(json.dumps({"log_history": history}))
+    callback = DoctorCallback(every=5, compare_to=earlier)
+    grpo(smoke_run, tmp_path / "now", learning_rate=1e-4, steps=40, callback=callback)
+    assert callback.told_earlier.get("kl_explosion") == "gone"
+    saved = json.loads((tmp_path / "now" / "rlhflab" / "compare.json").read_text())
+    assert saved["earlier"] == str(earlier) and saved["verdict"] in ("fixed", "partly fixed", "cannot tell")
+    assert {f["rule"]: f["status"] for f in saved["findings"]}["kl_explosion"] == "gone"

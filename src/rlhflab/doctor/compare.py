@@ -223,5 +223,5 @@ def verdict(result: Comparison, before: list[Diagnosis], after: list[Diagnosis])
     if better_truth:
         return "fixed", f"no finding before; the {truth.which} rose by {truth.change:.3g}"
     if truth is not None and truth.significant is None:
-        return "cannot tell", "no finding before, and one run a side: " + truth.method.split("; ")[-1]
+        return "cannot tell", "no finding before, and " + truth.method.split("; ")[-1]
     return "cannot tell", "no finding before, and no change of the truth beyond its noise"

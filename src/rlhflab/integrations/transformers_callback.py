@@ -48,12 +48,18 @@ class DoctorCallback(TrainerCallback):
         stop_on: rule names whose finding stops the run, with a checkpoint.
         mapping: `their_name=metric` pairs for columns the registry does not know, as `--map`.
         output_dir: where `rlhflab/` goes; default: the trainer's `args.output_dir`.
+        compare_to: an earlier run's log or output directory (any format the doctor reads): as
+            this run passes the step where each of its findings began, that finding is told gone
+            or still there; at the end, `rlhflab/compare.json` holds `rlhflab compare`'s verdict.
     """
 
     def __init__(self, every: int = 10, stop_on: Iterable[str] | str = (), mapping: Iterable[str] = (),
-                 output_dir: str | Path | None = None) -> None:
+                 output_dir: str | Path | None = None, compare_to: str | Path | None = None) -> None:
         if every < 1:
             raise ValueError(f"every must be >= 1, got {every}")
+        self.compare_to = Path(compare_to) if compare_to is not None else None
+        self.earlier = None  # (its table, its diagnosis), read at the first diagnosis
+        self.told_earlier: dict[str, str] = {}  # earlier finding's rule -> what was told of it
         self.every = every
         self.mapping = parse_pairs(list(mapping))
         self.output_dir = Path(output_dir) if output_dir is not None else None
@@ -79,8 +85,33 @@ class DoctorCallback(TrainerCallback):
             write_diagnosis(self.watch.diagnosis, out / "diagnosis.json")
             for finding in new:
                 console.print(escape(finding_line(finding)), highlight=False)
+            for line in self._against_earlier(state.global_step):
+                console.print(escape(line), highlight=False)
         self.seconds.append(time.perf_counter() - start)
         return new
+
+    def _against_earlier(self, step: int) -> list[str]:
+        """Each medium/high finding of the earlier run whose onset this run has now passed, told
+        once: gone, or still there (this run has it too)."""
+        if self.compare_to is None:
+            return []
+        if self.earlier is None:
+            from rlhflab.doctor.diagnose import diagnose
+            from rlhflab.doctor.formats import read_log
+
+            table = read_log(self.compare_to, self.mapping)
+            self.earlier = (table, diagnose(table))
+        now = {f.rule for f in self.watch.diagnosis.findings if f.severity in ("high", "medium")}
+        lines = []
+        for finding in self.earlier[1].findings:
+            if finding.severity not in ("high", "medium") or finding.rule in self.told_earlier:
+                continue
+            if step >= finding.onset_step:
+                status = "still there" if finding.rule in now else "gone"
+                self.told_earlier[finding.rule] = status
+                lines.append(f"rlhflab doctor: the earlier run's {finding.rule} (from step {finding.onset_step}) is "
+                             f"{status} at step {step}")
+        return lines
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.stopped_at is not None and state.global_step > self.stopped_at:
@@ -106,7 +137,20 @@ class DoctorCallback(TrainerCallback):
             self.diagnose(args, state)
             if state.is_world_process_zero:
                 self._write_report(args)
+                if self.earlier is not None:
+                    self._write_comparison(args)
         return control
+
+    def _write_comparison(self, args) -> None:
+        """`rlhflab compare`'s comparison of the earlier run with this one, at the end."""
+        import json
+
+        from rlhflab.doctor.compare import compare_tables
+
+        result = compare_tables([self.earlier[0]], [self.table])
+        (self.out_dir(args) / "compare.json").write_text(json.dumps(
+            {"earlier": str(self.compare_to), **result.to_json(), "told": self.told_earlier}, indent=1, default=str))
+        console.print(f"rlhflab doctor: against {self.compare_to}: {result.verdict} ({result.why})", highlight=False)
 
     def _write_report(self, args) -> None:
         if self.table is not None and self.watch.diagnosis is not None:
