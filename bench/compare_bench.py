@@ -86,6 +86,19 @@ def trl_pairs(calibration: Path) -> list[dict]:
     return rows
 
 
+def world_seed_spread(runs: list[Path]) -> tuple[list[float], float]:
+    """The last quarter's mean gold of each healthy run, and their standard deviation: the
+    number `WORLD_SEED_SPREAD` (doctor/compare.py) states."""
+    import statistics
+
+    from rlhflab.doctor.compare import end_values
+    from rlhflab.runs import read_jsonl
+
+    ends = [statistics.fmean(end_values([r["reward/gold_mean"] for r in read_jsonl(run / "metrics" / "ppo.jsonl")
+                                         if "reward/gold_mean" in r])) for run in runs]
+    return ends, statistics.stdev(ends)
+
+
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """Wilson's score interval for a binomial proportion (Wilson 1927)."""
     if n == 0:
@@ -110,7 +123,6 @@ def main() -> None:
     from rlhflab.config import config_from_run
 
     lr = config_from_run(args.base).ppo.lr
-    start = time.perf_counter()
     common = [f"ppo.iterations={args.iterations}"]
 
     def healthy(seed: int) -> Path:
@@ -128,7 +140,12 @@ def main() -> None:
         fast = train(args.base, args.out / f"lr30x-{seed}", [*common, f"seed={seed}", f"ppo.lr={30 * lr}"])
         rows["lr"].append({"seed": seed, **verdict(fast, healthy(seed))})
         print(json.dumps({"kl": rows["kl_coef"][-1], "lr": rows["lr"][-1]}), flush=True)
-    seconds = trained_seconds(args.out) or time.perf_counter() - start
+    seconds = trained_seconds(args.out)  # 0: runs trained before the bench timed them
+    seeds = sorted(args.base.parent.glob("healthy-seed*"))
+    if len(seeds) >= 2:
+        ends, spread = world_seed_spread(seeds)
+        rows["world_seed_spread"] = {"runs": [p.name for p in seeds], "ends": ends, "sd": spread}
+        print(json.dumps(rows["world_seed_spread"]), flush=True)
     rows["trl"] = trl_pairs(args.trl) if args.trl.is_dir() else []
     (args.out / "results.json").write_text(json.dumps(rows, indent=1))
     if args.doc is not None:
@@ -146,15 +163,24 @@ def render(rows: dict, args, seconds: float) -> str:
         START, "",
         f"Command: `python bench/compare_bench.py --pairs {args.pairs} --fixes {args.fixes} --iterations "
         f"{args.iterations} --doc docs/benchmarks.md` (2-core CPU; PPO-only reruns of {args.iterations} iterations from "
-        f"the stages 1-2 of {args.base.relative_to(ROOT) if args.base.is_relative_to(ROOT) else args.base}; "
-        f"{seconds / 60:.0f} min). One run a side: the gold is held to the world's seed spread (doctor/compare.py, "
+        f"the stages 1-2 of {args.base.relative_to(ROOT) if args.base.is_relative_to(ROOT) else args.base}"
+        + (f"; {seconds / 60:.0f} min of training" if seconds else "")
+        + "). One run a side: the gold is held to the world's seed spread (doctor/compare.py, "
         "`WORLD_SEED_SPREAD`). A seed-only pair is called a change when its verdict is anything but cannot tell; "
         "every healthy run has no finding, so a change could only come from the gold or a new finding.", "",
         f"- seed-only pairs called a change: {called} of {len(pairs)} = {called / max(1, len(pairs)):.0%} (95% Wilson "
         f"interval {low:.0%}-{high:.0%}); verdicts: {counts(pairs)}",
         f"- `ppo.kl_coef` 0 -> 0.2, same seed: {counts(rows['kl_coef'])} (of {len(rows['kl_coef'])})",
         f"- `ppo.lr` 30x -> 1x, same seed: {counts(rows['lr'])} (of {len(rows['lr'])})",
-        "", *trl_table(rows.get("trl", [])), END])
+        *world_line(rows.get("world_seed_spread")), "", *trl_table(rows.get("trl", [])), END])
+
+
+def world_line(spread: dict | None) -> list[str]:
+    if not spread:
+        return []
+    ends = ", ".join(f"{v:.3f}" for v in spread["ends"])
+    return [f"- the world's seed spread (`WORLD_SEED_SPREAD`): last-quarter mean gold of {', '.join(spread['runs'])} "
+            f"= {ends}, standard deviation {spread['sd']:.3f}"]
 
 
 def trl_table(rows: list[dict]) -> list[str]:

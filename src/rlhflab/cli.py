@@ -618,7 +618,7 @@ def faults_bench(
 AFTER_MARK = "::after::"
 
 
-@app.command(context_settings={"allow_extra_args": False})
+@app.command()
 def compare(
     runs: list[str] = typer.Argument(..., help="BEFORE... -- AFTER...: run directories or logs of any format the "
                                      "doctor reads, before the fix, then after it"),

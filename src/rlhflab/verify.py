@@ -31,10 +31,6 @@ class VerifyResult:
     after: Diagnosis
     comparison: Comparison  # the same comparison as `rlhflab compare` (doctor/compare.py)
 
-    @property
-    def new_findings(self) -> list[str]:
-        return self.comparison.new_findings
-
 
 def first_stage_to_rerun(fix: dict[str, str]) -> str:
     """The earliest stage whose config section the fix touches; a key of no stage's

@@ -32,7 +32,8 @@ SERIOUS = ("high", "medium")
 WORLD_SEED_SPREAD = Threshold(
     "WORLD_SEED_SPREAD", 0.028,
     "standard deviation of the last quarter's mean gold over the three healthy demo seeds of the reviews world "
-    "(0.438, 0.445, 0.489; docs/faults.md's healthy runs, trained 2026-12-05): three seeds, so a rough figure")
+    "(0.438, 0.445, 0.489; the faults bench's healthy runs, trained 2026-12-05; printed by bench/compare_bench.py): "
+    "three seeds, so a rough figure")
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 
