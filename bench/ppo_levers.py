@@ -51,7 +51,6 @@ def one(root: Path, name: str) -> dict:
     from rlhflab.models.decoding import HFCacheDecoder
     from rlhflab.ppo.components import PPOComponents
     from rlhflab.ppo.trainer import build_ppo_state, ppo_iteration
-    from rlhflab.seeding import torch_generator
     from rlhflab.worlds.reviews import ReviewsWorld
 
     fast_decoder, two_level_draw, fused, activation, threads = VARIANTS[name]
@@ -60,8 +59,7 @@ def one(root: Path, name: str) -> dict:
     if not fast_decoder:
         sampling.decoder_for = lambda model, batch, max_len: HFCacheDecoder(model)
     if not two_level_draw:
-        sampling.draw_tokens = lambda probs, g: torch.multinomial(probs.cpu(), 1, generator=g).squeeze(-1).to(
-            probs.device)
+        sampling.draw_tokens = sampling.exponential_race  # one race over the whole vocabulary
     config = load_config("demo")
     world = ReviewsWorld(config.world)
     lm, rm, _ = random_models(root, config, 0, activation)
@@ -69,11 +67,11 @@ def one(root: Path, name: str) -> dict:
     if not fused:
         state.optimizer = torch.optim.Adam(state.policy.parameters(), lr=config.ppo.lr, eps=1e-5, fused=False)
     assert isinstance(state.optimizer, torch.optim.Adam) and bool(state.optimizer.defaults["fused"]) == fused
-    generator, prompts = torch_generator(0, "levers"), world.prompts(64, 0)
+    prompts = world.prompts(64, 0)
     seconds, rollout, train = [], [], []
-    for _ in range(5):
+    for step in range(5):
         start = time.perf_counter()
-        _, metrics = ppo_iteration(state, prompts, generator)
+        _, metrics = ppo_iteration(state, prompts, 0, step)
         seconds.append(time.perf_counter() - start)
         rollout.append(metrics["time/rollout_s"])
         train.append(metrics["time/train_s"])

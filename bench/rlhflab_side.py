@@ -73,7 +73,6 @@ def run_rlhflab_ppo(model_dir: str, reward_dir: str, prompts: list[str], batch_s
     from rlhflab.models.lm import count_parameters, load_tokenizer
     from rlhflab.ppo.components import PPOComponents
     from rlhflab.ppo.trainer import build_ppo_state, ppo_iteration
-    from rlhflab.seeding import torch_generator
 
     if threads:
         torch.set_num_threads(threads)
@@ -82,14 +81,13 @@ def run_rlhflab_ppo(model_dir: str, reward_dir: str, prompts: list[str], batch_s
                                             f"ppo.minibatches={minibatches}"])
     tokenizer = load_tokenizer(model_dir)
     state = build_ppo_state(config, model_dir, reward_dir, tokenizer, PPOComponents())
-    generator = torch_generator(seed, "ppo", "sampling")
     params = count_parameters(state.policy.lm)
     load_at_start = os.getloadavg()[0]
     seconds, rollout_s, score_s, train_s, generated, train_flops = [], [], [], [], [], []
     for step in range(iterations + 1):
         batch = [prompts[(step * batch_size + i) % len(prompts)] for i in range(batch_size)]
         start = time.perf_counter()
-        rollout, metrics = ppo_iteration(state, batch, generator)
+        rollout, metrics = ppo_iteration(state, batch, seed, step)
         seconds.append(time.perf_counter() - start)
         rollout_s.append(metrics["time/rollout_s"])
         score_s.append(metrics["time/score_s"])

@@ -47,16 +47,14 @@ def profile_demo(lm: Path, rm: Path, prompts: Path) -> str:
     from rlhflab.models.lm import load_tokenizer
     from rlhflab.ppo.components import PPOComponents
     from rlhflab.ppo.trainer import build_ppo_state, ppo_iteration
-    from rlhflab.seeding import torch_generator
 
     config = load_config("demo")
     state = build_ppo_state(config, lm, rm, load_tokenizer(lm), PPOComponents())
-    generator = torch_generator(0, "profile")
     batch = json.loads(prompts.read_text())[:64]
     for _ in range(2):
-        ppo_iteration(state, batch, generator)
+        ppo_iteration(state, batch, 0, _)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        _, metrics = ppo_iteration(state, batch, generator)
+        _, metrics = ppo_iteration(state, batch, 0, 2)
     phases = {k.removeprefix("time/").removesuffix("_s"): v for k, v in metrics.items() if k.startswith("time/")}
     table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=50)
     return json.dumps(phases), table

@@ -18,7 +18,7 @@ LAYERS = (
     {"runs", "seeding", "progress", "worlds", "metrics", "data", "distributed", "checkpoint"},
     {"doctor"},  # pure log analysis: the run-directory layout (runs) is all it may use
     {"config"},
-    {"models"},
+    {"models", "engines"},
     {"sources"},
     {"ppo", "stages"},
     {"faults", "faults.zoo", "checkup"},

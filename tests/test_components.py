@@ -8,7 +8,6 @@ import torch
 from rlhflab.config import load_config
 from rlhflab.ppo.components import PPOComponents, kl_to_reference, shuffled_minibatches
 from rlhflab.ppo.trainer import load_ppo_state, ppo_iteration
-from rlhflab.seeding import torch_generator
 from rlhflab.worlds.reviews import ReviewsWorld
 
 
@@ -39,7 +38,7 @@ def test_the_trainer_follows_the_replaced_schedule_and_tells_the_controller_the_
     state = load_ppo_state(config, smoke_run, components)
     before = state.controller.value
     prompts = ReviewsWorld(config.world).prompts(config.ppo.batch_size, 3)
-    _, metrics = ppo_iteration(state, prompts, torch_generator(0, "test"))
+    _, metrics = ppo_iteration(state, prompts, 0, 0)
     assert seen == [(config.ppo.batch_size, config.ppo.minibatches, config.ppo.epochs)]
     assert told == [metrics["kl/mean"]] and state.controller.value > before
     assert kl_to_reference(metrics) == metrics["kl/mean"]

@@ -12,12 +12,13 @@ from typer.testing import CliRunner
 from rlhflab.cli import app
 from rlhflab.config import config_from_run, load_config
 from rlhflab.doctor.metrics import KNOWN, PPO_METRICS
+from rlhflab.engines import with_strategy
 from rlhflab.models.lm import build_tiny_lm
 from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.trainer import load_ppo_state, ppo_iteration
 from rlhflab.runs import RunDir, read_jsonl
-from rlhflab.seeding import derive_seed, torch_generator
+from rlhflab.seeding import derive_seed
 from rlhflab.worlds.reviews import ReviewsWorld
 
 # DESIGN.md's canonical PPO metrics, written out here as the contract a run must meet.
@@ -32,7 +33,7 @@ CANONICAL_PPO_METRICS = [
 
 
 def test_run_directory_layout(smoke_run: RunDir):
-    assert config_from_run(smoke_run.root) == load_config("smoke")
+    assert config_from_run(smoke_run.root) == with_strategy(load_config("smoke"), 1)  # the strategy it ran under
     assert json.loads((smoke_run.world / "world.json").read_text())["world"] == "reviews"
     lm = AutoModelForCausalLM.from_pretrained(str(smoke_run.stage1_lm))
     assert AutoTokenizer.from_pretrained(str(smoke_run.stage1_lm)).eos_token == "<eos>"
@@ -111,7 +112,7 @@ def test_policy_changes_reference_does_not_and_first_ratio_is_one(smoke_run: Run
     reference_before = {k: v.clone() for k, v in state.reference.state_dict().items()}
     reward_before = {k: v.clone() for k, v in state.reward.model.state_dict().items()}
     prompts = ReviewsWorld().prompts(config.ppo.batch_size, 123)
-    rollout, metrics = ppo_iteration(state, prompts, torch_generator(0, "test"))
+    rollout, metrics = ppo_iteration(state, prompts, 0, 0)
 
     changed = [k for k, v in state.policy.state_dict().items() if not torch.equal(v, policy_before[k])]
     assert len(changed) == len(policy_before)  # every tensor, value head included, was updated

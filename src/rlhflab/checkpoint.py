@@ -1,34 +1,43 @@
-"""Atomic, resumable PPO checkpoints: weights and optimiser moments in safetensors,
-everything else in JSON, nothing pickled.
+"""Atomic, resumable PPO checkpoints in torch.distributed.checkpoint (DCP) form, under
+every strategy, loadable at any world size.
 
 A checkpoint is one directory, `RUN/checkpoints/ppo/`, written whole under a temporary
-name and then renamed over the previous one, so a crash at any instant leaves either
-the old checkpoint or the new one, never a mix. It holds what the next iteration reads:
+name and then renamed over the previous one (by the first process, after every process
+has written its part), so a crash at any instant leaves either the old checkpoint or the
+new one, never a mix. It holds what the next iteration reads:
 
-    model.safetensors      policy and value head (tied weights stored once)
-    optimizer.safetensors  Adam's per-parameter moments and step counts
-    rng.safetensors        the sampling generator's state
-    state.json             next iteration, KL controller, optimiser hyper-parameters,
-                           lines of metrics/ppo.jsonl and samples/ppo.jsonl written so
-                           far (so a resume drops lines logged after the checkpoint),
-                           and the held-out evaluation of the starting policy
+    weights/       DCP: the policy with its value head and Adam's moments and step
+                   counts, under the models' own parameter names (no DDP or FSDP
+                   prefix); each process writes the shards it holds (FSDP2) or the first
+                   writes the replicated tensors (single, DDP). Loading reshards them for
+                   whatever strategy and world size the resumed run uses.
+    state.json     next iteration, KL controller, lines of metrics/ppo.jsonl and
+                   samples/ppo.jsonl written so far (so a resume drops lines logged after
+                   the checkpoint), and the held-out evaluation of the starting policy
 
-Prompts are drawn from a seed derived from the iteration number, so the data position
-is the iteration itself. PPO runs at a constant learning rate: there is no scheduler.
+No random-generator state is saved: every draw of an iteration comes from streams named
+by the seed and the iteration (`ppo.trainer.ppo_iteration`), so the iteration number is
+the whole data and sampling position. PPO runs at a constant learning rate: there is no
+scheduler. The checkpoint directory must be on a filesystem every process sees (one
+node, or a shared one across nodes), as DCP requires.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, load_model, save_file, save_model
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from rlhflab.runs import atomic_dir
+from rlhflab.distributed import Cluster
 
 STATE_FILE = "state.json"
+WEIGHTS = "weights"
 
 
 @dataclass(frozen=True)
@@ -41,49 +50,49 @@ class ResumePoint:
     before: dict  # held-out evaluation of the starting policy
 
 
-def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict]]:
-    """Per-parameter state as flat tensors, and the param groups' hyper-parameters."""
-    state = optimizer.state_dict()
-    tensors = {f"{index}.{name}": value.detach().cpu().contiguous() for index, slots in state["state"].items()
-               for name, value in slots.items() if torch.is_tensor(value)}
-    return tensors, state["param_groups"]
-
-
-def _load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], groups: list[dict]) -> None:
-    slots: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in tensors.items():
-        index, name = key.split(".", 1)
-        slots.setdefault(int(index), {})[name] = value
-    optimizer.load_state_dict({"state": slots, "param_groups": groups})
-
-
-def save_checkpoint(directory: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    controller, generator: torch.Generator, resume: ResumePoint) -> None:
-    """Write the checkpoint to a temporary directory, then swap it in."""
-    with atomic_dir(directory) as tmp:
-        save_model(policy, str(tmp / "model.safetensors"))
-        tensors, groups = _optimizer_tensors(optimizer)
-        save_file(tensors, str(tmp / "optimizer.safetensors"))
-        save_file({"sampling": generator.get_state()}, str(tmp / "rng.safetensors"))
+def save_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, controller,
+                    resume: ResumePoint, cluster: Cluster = Cluster.single()) -> None:
+    """Every process writes its part to a temporary directory; the first swaps it in."""
+    directory = Path(directory)
+    partial, old = directory.with_name(directory.name + ".tmp"), directory.with_name(directory.name + ".old")
+    if cluster.is_main:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+    cluster.barrier()
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(partial / WEIGHTS),
+             no_dist=not dist.is_initialized())
+    if cluster.is_main:
         state = {"next_step": resume.next_step, "metrics_lines": resume.metrics_lines,
                  "samples_lines": resume.samples_lines, "before": resume.before,
-                 "kl_controller": controller.state_dict(), "param_groups": groups}
-        (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+                 "kl_controller": controller.state_dict(), "world_size": cluster.world}
+        (partial / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+        shutil.rmtree(old, ignore_errors=True)
+        if directory.exists():
+            directory.rename(old)
+        partial.rename(directory)
+        shutil.rmtree(old, ignore_errors=True)
+    cluster.barrier()
 
 
 def has_checkpoint(directory: Path) -> bool:
-    return (Path(directory) / STATE_FILE).is_file()
+    return (Path(directory) / STATE_FILE).is_file() and (Path(directory) / WEIGHTS).is_dir()
 
 
-def load_checkpoint(directory: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    controller, generator: torch.Generator) -> ResumePoint:
-    """Restore everything `save_checkpoint` wrote into the given objects (in place)."""
+def load_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    controller) -> ResumePoint:
+    """Restore everything `save_checkpoint` wrote into the given objects (in place), at this
+    process's strategy and world size whatever they were when it was written."""
     directory = Path(directory)
     state = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
-    load_model(policy, str(directory / "model.safetensors"), strict=True)
-    _load_optimizer(optimizer, load_file(str(directory / "optimizer.safetensors")), state["param_groups"])
+    # DCP loads only what the template names; get_state_dict makes an empty optimiser's
+    # moments to name them (a zero-gradient step at lr 0), which it skips if any gradient is set.
+    optimizer.zero_grad(set_to_none=True)
+    model_state, optimizer_state = get_state_dict(model, optimizer)  # the shapes and shards to load into
+    loaded = {"model": model_state, "optimizer": optimizer_state}
+    dcp.load(loaded, checkpoint_id=str(directory / WEIGHTS), no_dist=not dist.is_initialized())
+    set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optimizer"])
     controller.load_state_dict(state["kl_controller"])
-    generator.set_state(load_file(str(directory / "rng.safetensors"))["sampling"])
     return ResumePoint(state["next_step"], state["metrics_lines"], state["samples_lines"], state["before"])
 
 

@@ -188,11 +188,14 @@ def pretrain(
     from rlhflab.stages.pretrain import run_pretrain
 
     data = _data_overrides(model=model, sft=sft, skip_invalid=skip_invalid)
-    config = _stage_config(out, preset, config_file, [*(overrides or []), *data])
-    run = RunDir(out).create()
-    save_config(config, run.config)
+    config, cluster = _placed(_stage_config(out, preset, config_file, [*(overrides or []), *data]))
+    run = RunDir(out)
+    if cluster.is_main:
+        save_config(config, run.create().config)
     with _input_errors():
-        console.print(run_pretrain(config, run, not quiet))
+        result = run_pretrain(config, run, not quiet, cluster)
+    if cluster.is_main:
+        console.print(result)
 
 
 @app.command()
@@ -220,12 +223,13 @@ def reward(
         console.print("[red]error:[/red] --model needs --preferences (labelling samples needs the world's stage 1)")
         raise typer.Exit(2)
     data = _data_overrides(reward_base=model, preferences=preferences, skip_invalid=skip_invalid)
-    config = _stage_config(out, preset, config_file, [*(overrides or []), *data])
-    save_config(config, run.create().config)
-    from rlhflab.distributed import Cluster
-
+    config, cluster = _placed(_stage_config(out, preset, config_file, [*(overrides or []), *data]))
+    if cluster.is_main:
+        save_config(config, run.create().config)
     with _input_errors():
-        console.print(run_reward(config, run, not quiet, Cluster.from_environment()))
+        result = run_reward(config, run, not quiet, cluster)
+    if cluster.is_main:
+        console.print(result)
 
 
 @app.command()
@@ -263,12 +267,24 @@ def ppo(
         _require(run.stage2_rm, "reward")
     if resume is None:
         config = _stage_config(out, preset, config_file, [*(overrides or []), *data], fault)
-    save_config(config, run.create().config)
-    from rlhflab.distributed import Cluster
-
+    config, cluster = _placed(config)
+    if cluster.is_main:
+        save_config(config, run.create().config)
     with _input_errors(), _interruptible():
-        console.print(run_ppo(config, run, components_for(config), show_progress=not quiet,
-                              resume=resume is not None, cluster=Cluster.from_environment()))
+        result = run_ppo(config, run, components_for(config), show_progress=not quiet, resume=resume is not None,
+                         cluster=cluster)
+    if cluster.is_main:
+        console.print(result)
+
+
+def _placed(config):
+    """The cluster torchrun started (one process outside it) and the config with the
+    strategy it runs under written in (`distributed.strategy`)."""
+    from rlhflab.distributed import Cluster
+    from rlhflab.engines import with_strategy
+
+    cluster = Cluster.from_environment()
+    return with_strategy(config, cluster.world), cluster
 
 
 def print_diagnosis(diagnosis) -> None:

@@ -1,19 +1,15 @@
-"""Devices and data parallelism over processes started by `torchrun` (torch.distributed:
-NCCL with one CUDA device per process when CUDA is present, gloo on CPU), in the
-plainest form that gives the single-process result. The device comes from accelerate.
+"""Processes started by `torchrun` (torch.distributed: NCCL with one CUDA device per
+process when CUDA is present, gloo on CPU): who this process is, which share of a batch's
+rows it works on, and the collectives that put the shares back together. The device comes
+from accelerate. How the models are spread over the processes is `rlhflab.engines`.
 
-Every process holds the whole model and the whole batch: rollouts, reference and reward
-scores and advantages are computed identically everywhere (same seeds), and only the
-gradient work is split: each process takes its share of a minibatch's rows, and the
-gradients are summed across processes before the optimiser step. A loss that is a mean
-over a minibatch's tokens is weighted so the sum over processes is that same mean, so
-`W` processes at a global batch `B` follow one process at `B` up to floating-point
-reassociation. Generation is not sharded (it is repeated on every process): a
-deliberate trade of speed for exact agreement, documented in the README.
+Work is split by rows: a batch's rows are cut into contiguous shares (`shard`), each
+process samples, scores or trains on its share, and `gather_rows` gives every process
+the whole batch again in row order. A row's random draws come from its own stream
+(`seeding.RowStreams`), so what a row gets never depends on the number of processes.
 
-Outside torchrun, `Cluster.single()` is a no-op: the single-process code path is the
-same code with one shard. Random numbers are drawn on the CPU on every device, so a
-seed gives the same samples on CPU and CUDA up to the precision of the probabilities.
+Outside torchrun, `Cluster.single()` is the same code with one share: every collective
+returns its input.
 """
 
 from __future__ import annotations
@@ -73,13 +69,28 @@ class Cluster:
         """This process's contiguous share of `rows` (an index tensor); sizes differ by at most one."""
         return rows.tensor_split(self.world)[self.rank]
 
-    def sum_gradients(self, parameters) -> None:
-        """Sum every gradient over processes (each process's loss carries its weight)."""
+    def gather_rows(self, local: Tensor, total: int) -> Tensor:
+        """Every process's share of a `total`-row batch (each cut by `shard`), concatenated
+        in row order, on every process. Shares must agree in every dimension but the first."""
         if self.world == 1:
-            return
-        for p in parameters:
-            if p.grad is not None:
-                dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+            return local
+        sizes = [len(share) for share in torch.arange(total).tensor_split(self.world)]
+        is_bool = local.dtype == torch.bool  # gloo cannot gather bool tensors
+        padded = local.to(torch.uint8) if is_bool else local
+        if len(padded) < sizes[0]:
+            padded = torch.cat([padded, padded.new_zeros((sizes[0] - len(padded), *padded.shape[1:]))])
+        parts = [torch.empty_like(padded) for _ in range(self.world)]
+        dist.all_gather(parts, padded.contiguous())
+        rows = torch.cat([part[:size] for part, size in zip(parts, sizes)])
+        return rows.bool() if is_bool else rows
+
+    def gather_lists(self, local: list) -> list:
+        """Every process's list (picklable items), concatenated in rank order."""
+        if self.world == 1:
+            return local
+        parts: list[list] = [[] for _ in range(self.world)]
+        dist.all_gather_object(parts, local)
+        return [item for part in parts for item in part]
 
     def sum(self, values: dict[str, float]) -> dict[str, float]:
         """Each value summed over processes."""
@@ -91,6 +102,7 @@ class Cluster:
         return dict(zip(keys, packed.tolist()))
 
     def max(self, value: float) -> float:
+        """The largest of every process's `value`."""
         if self.world == 1:
             return value
         packed = torch.tensor([value], dtype=torch.float64, device=self.device)

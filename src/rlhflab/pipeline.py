@@ -13,6 +13,7 @@ from rlhflab.config import PipelineConfig, save_config
 from rlhflab.distributed import Cluster
 from rlhflab.doctor.diagnose import read_and_diagnose, write_diagnosis
 from rlhflab.doctor.report import write_report
+from rlhflab.engines import with_strategy
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.run import run_ppo
 from rlhflab.progress import console
@@ -40,13 +41,12 @@ class Stage:
     summary_key: str  # where its result goes in RUN/summary.json
     outputs: tuple[str, ...]  # run-directory entries it writes; the last one marks it complete
     run: Callable[[StageContext], dict]
-    main_only: bool = False  # under torchrun, only the first process runs it; the others wait
     resumes_itself: bool = False  # continues from its own checkpoint rather than being skipped
 
 
 STAGES: tuple[Stage, ...] = (
     Stage("pretrain", "pretrain", ("world", "stage1_lm"),
-          lambda c: asdict(run_pretrain(c.config, c.run, c.show_progress)), main_only=True),
+          lambda c: asdict(run_pretrain(c.config, c.run, c.show_progress, c.cluster))),
     Stage("reward", "reward", ("stage2_rm",), lambda c: asdict(run_reward(c.config, c.run, c.show_progress, c.cluster))),
     Stage("ppo", "eval", ("stage3_policy",),
           lambda c: run_ppo(c.config, c.run, c.components, c.show_progress, resume=c.resume, cluster=c.cluster),
@@ -68,13 +68,11 @@ def run_stages(context: StageContext, first: str = STAGE_NAMES[0]) -> tuple[dict
         if context.resume and complete and not stage.resumes_itself:
             result = previous[stage.summary_key]
         else:
-            result = stage.run(context) if cluster.is_main or not stage.main_only else {}
+            result = stage.run(context)
             if not stage.resumes_itself:
                 previous[stage.summary_key] = result
                 if cluster.is_main:
                     write_json(run.summary, previous)
-        if stage.main_only:
-            cluster.barrier()
         results[stage.summary_key] = result
         timings[f"{stage.name}_s"] = time.perf_counter() - start
     return results, timings
@@ -96,9 +94,10 @@ def run_pipeline(
 ) -> PipelineResult:
     """The three stages into `out`, then the doctor and the report. With `resume`, stages
     whose output directory is complete are kept and PPO continues from its checkpoint.
-    Under torchrun, stage 1 runs on the first process only (the others wait for its
-    model), stages 2 and 3 on all (distributed.py), the doctor on the first."""
+    Under torchrun every stage runs on every process through the engine of
+    `distributed.strategy` (engines.py); the doctor runs on the first."""
     run = RunDir(Path(out))
+    config = with_strategy(config, cluster.world)
     if cluster.is_main:
         run.create()
         save_config(config, run.config)

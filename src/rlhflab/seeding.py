@@ -22,3 +22,43 @@ def torch_generator(seed: int, *names: str) -> torch.Generator:
     generator = torch.Generator()
     generator.manual_seed(derive_seed(seed, *names))
     return generator
+
+
+class RowStreams:
+    """One random stream per row of a batch, each seeded from the run seed, a name and
+    the row's index in the whole batch (its prompt's place, not its place in a process's
+    share). A row's draws therefore depend only on the seed, the names and that index,
+    never on which process samples it or beside which other rows: the property that lets
+    rollouts be sharded over any number of processes (`rlhflab.distributed`)."""
+
+    def __init__(self, seed: int, names: tuple[str, ...], rows: list[int]) -> None:
+        self.seed, self.names, self.rows = seed, tuple(names), list(rows)
+        self._generators: list[torch.Generator] | None = None  # made at the first draw
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def rand(self, shape: tuple[int, int], dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """Uniforms (rows, columns) on the CPU, row i from stream i."""
+        rows, columns = shape
+        if rows != len(self.rows):
+            raise ValueError(f"{rows} rows drawn from {len(self.rows)} streams")
+        if self._generators is None:
+            self._generators = [torch_generator(self.seed, *self.names, str(row)) for row in self.rows]
+        return torch.stack([torch.rand(columns, generator=g, dtype=dtype) for g in self._generators])
+
+    def subset(self, index: list[int]) -> "RowStreams":
+        """Fresh streams of the rows at positions `index` (as they were when created)."""
+        return RowStreams(self.seed, self.names, [self.rows[i] for i in index])
+
+
+def uniforms(shape: tuple[int, int], source: "torch.Generator | RowStreams") -> torch.Tensor:
+    """float64 uniforms on the CPU from one generator for the batch, or one stream per row."""
+    if isinstance(source, RowStreams):
+        return source.rand(shape)
+    return torch.rand(shape, generator=source, dtype=torch.float64)
+
+
+def rows_of(source: "torch.Generator | RowStreams", rows: list[int]) -> "torch.Generator | RowStreams":
+    """The streams of `rows` (positions in `source`'s batch); one generator is shared by any rows."""
+    return source.subset(rows) if isinstance(source, RowStreams) else source

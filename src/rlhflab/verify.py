@@ -19,6 +19,7 @@ from rlhflab.doctor.compare import Comparison, compare_tables
 from rlhflab.doctor.diagnose import read_and_diagnose, write_diagnosis
 from rlhflab.doctor.findings import Diagnosis
 from rlhflab.doctor.report import write_report
+from rlhflab.engines import with_strategy
 from rlhflab.faults.zoo import components_for
 from rlhflab.pipeline import STAGE_NAMES, STAGES, StageContext, run_stages
 from rlhflab.runs import RunDir, write_json
@@ -46,6 +47,7 @@ def rerun(config, source: RunDir, out: RunDir, first_stage: str, components, sho
     """The stages from `first_stage` on into `out`, after copying the outputs and metrics
     of the stages before it from `source` (same seeds, so those stages are identical)."""
     out.create()
+    config = with_strategy(config, 1)  # the rerun is one process, whatever the run was
     save_config(config, out.config)
     for stage in STAGES[:STAGE_NAMES.index(first_stage)]:
         for name in stage.outputs:

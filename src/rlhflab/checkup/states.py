@@ -14,14 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Literal
 
-import torch
-
 from rlhflab.checkpoint import has_checkpoint, load_checkpoint
 from rlhflab.checkup.iteration import preserved
 from rlhflab.config import PipelineConfig
 from rlhflab.data.prompt_pool import PromptSource
 from rlhflab.ppo.trainer import PPOState, ppo_iteration
-from rlhflab.seeding import derive_seed, torch_generator
+from rlhflab.seeding import derive_seed
 
 StateName = Literal["start", "moved"]
 STATES: tuple[StateName, ...] = ("start", "moved")
@@ -58,17 +56,15 @@ def moved_state(state: PPOState, config: PipelineConfig, source: PromptSource,
     iterations; the policy, optimiser and controller are restored on exit."""
     with preserved(state):
         if checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
-            point = load_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller,
-                                    torch.Generator())
+            point = load_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller)
             yield ProbeState("moved", f"the run's checkpoint {checkpoint_dir} (after iteration {point.next_step})",
                              None)
             return
-        generator = torch_generator(config.seed, "checkup", "move")
         skipped = 0
         for iteration in range(MOVE_ITERATIONS):
             prompts = state.components.prompts(source, config.ppo.batch_size,
                                                derive_seed(config.seed, "checkup-move", str(iteration)))
-            _, metrics = ppo_iteration(state, prompts, generator)
+            _, metrics = ppo_iteration(state, prompts, derive_seed(config.seed, "checkup", "move"), iteration)
             skipped += int(metrics.get("guard/skipped_updates", 0))
         steps = MOVE_ITERATIONS * config.ppo.epochs * config.ppo.minibatches - skipped
         yield ProbeState("moved", f"after {MOVE_ITERATIONS} real PPO iterations made by the checkup (undone after)",

@@ -6,6 +6,7 @@ Weights are always written as safetensors (`save_pretrained` default) and loaded
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -71,6 +72,19 @@ def load_causal_lm(path: Path) -> PreTrainedModel:
     """Load any local `AutoModelForCausalLM` directory (safetensors only, no remote code)."""
     return AutoModelForCausalLM.from_pretrained(str(check_model_dir(path)), use_safetensors=True,
                                                 trust_remote_code=False)
+
+
+def save_pretrained(model: PreTrainedModel, out: Path, state_dict: dict | None = None) -> None:
+    """`model.save_pretrained`, from `state_dict` when given (the full weights of a sharded
+    model), recording the model's own architecture: a class an engine mixed into it
+    (FSDP2's `FSDPGPT2LMHeadModel`) is not one transformers can load."""
+    model.save_pretrained(str(out), state_dict=state_dict)
+    own = next(cls for cls in type(model).__mro__ if cls.__module__.startswith("transformers"))
+    config_file = Path(out) / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    if config.get("architectures") != [own.__name__]:
+        config["architectures"] = [own.__name__]
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def count_parameters(model: torch.nn.Module) -> int:

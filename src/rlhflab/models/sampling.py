@@ -15,8 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from rlhflab.data.batching import encode_prompts
+from rlhflab.distributed import Cluster
 from rlhflab.models.decoding import decoder_for
 from rlhflab.models.precision import autocast
+from rlhflab.seeding import RowStreams, uniforms
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,7 @@ class Samples:
     has_eos: Tensor  # (B,) True if the response ended with EOS
 
 
-def exponential_race(weights: Tensor, generator: torch.Generator) -> Tensor:
+def exponential_race(weights: Tensor, generator: torch.Generator | RowStreams) -> Tensor:
     """One draw per row with probability proportional to `weights` (B, N) >= 0: the index
     of the first of independent exponential clocks E_i / w_i, E_i ~ Exp(1), which is i
     with probability w_i / sum(w) (the Gumbel-max trick in another form; Gumbel 1954,
@@ -39,13 +42,14 @@ def exponential_race(weights: Tensor, generator: torch.Generator) -> Tensor:
     E_i = -log U_i, so argmax w_i / E_i = argmin w_i / log U_i. The uniforms are float64:
     a float32 uniform is a multiple of 2^-24, so E_i could not be smaller than ~6e-8 and
     weights below that, relative to the winner's, would almost never win. They come from
-    the CPU generator whatever the device, so a seed means the same stream everywhere."""
-    uniform = torch.rand(weights.shape, generator=generator, dtype=torch.float64)
+    the CPU generator whatever the device, so a seed means the same stream everywhere;
+    with `RowStreams`, each row's from its own stream."""
+    uniform = uniforms(tuple(weights.shape), generator)
     log_uniform = uniform.log_().to(weights.dtype).to(weights.device)  # -E_i; U = 0 gives -inf: never drawn
     return torch.div(weights, log_uniform).argmin(dim=-1)  # weight 0 gives -0.0: never drawn
 
 
-def draw_tokens(probs: Tensor, generator: torch.Generator) -> Tensor:
+def draw_tokens(probs: Tensor, generator: torch.Generator | RowStreams) -> Tensor:
     """One token per row from `probs` (B, V), in two exponential races: first among
     blocks of about sqrt(V) tokens, by their total probability, then among the tokens
     of the drawn block. P(token) = P(block) P(token | block) is exact, and each race is
@@ -72,9 +76,13 @@ def sample_responses(
     temperature: float,
     eos_id: int,
     pad_id: int,
-    generator: torch.Generator,
+    generator: torch.Generator | RowStreams,
 ) -> Samples:
-    """Sample up to `max_new_tokens` per prompt. prompt_ids/prompt_mask: (B, P), left-padded."""
+    """Sample up to `max_new_tokens` per prompt. prompt_ids/prompt_mask: (B, P), left-padded.
+    With `RowStreams`, a row's response depends on its own stream only (every row draws the
+    same number of uniforms at every step, ended or not), so sampling a batch in shards
+    gives the responses of sampling it whole, up to last-bit differences in the logits that
+    a draw is insensitive to (`exponential_race`)."""
     batch = prompt_ids.shape[0]
     decoder = decoder_for(model, batch, prompt_ids.shape[1] + max_new_tokens)
     finished = torch.zeros(batch, dtype=torch.bool, device=prompt_ids.device)
@@ -99,3 +107,43 @@ def sample_responses(
     logprobs = torch.where(mask, torch.stack(probs_drawn, dim=1).log(), 0.0)
     has_eos = (is_eos & mask).any(dim=1)
     return Samples(response_ids, mask, logprobs, has_eos)
+
+
+def widen(samples: Samples, width: int, pad_id: int) -> Samples:
+    """`samples` right-padded to `width` response positions (masked, logprob 0)."""
+    extra = width - samples.response_ids.shape[1]
+    if extra <= 0:
+        return samples
+    pad = lambda x, value: F.pad(x, (0, extra), value=value)  # noqa: E731
+    return Samples(pad(samples.response_ids, pad_id), pad(samples.mask, False), pad(samples.logprobs, 0.0),
+                   samples.has_eos)
+
+
+@dataclass(frozen=True)
+class Share:
+    """This process's rows of a batch of prompts and what it sampled for them."""
+
+    rows: Tensor  # (b,) long, the rows' indices in the whole batch
+    prompt_ids: Tensor  # (b, P) left-padded to the whole batch's widest prompt
+    prompt_mask: Tensor  # (b, P)
+    samples: Samples  # responses right-padded to the whole batch's longest
+
+
+def sample_share(sample, lm: torch.nn.Module, tokenizer, prompts: list[str], response_length: int, temperature: float,
+                 generator: torch.Generator | RowStreams, cluster: Cluster) -> Share:
+    """This process's share of a batch sampled with `sample` (a `sample_responses`). Prompts
+    are padded to the whole batch's width and responses to its longest, so every process
+    holds rows of one shape and a row is computed alike at any number of processes. Under
+    several processes each row draws from its own stream (`RowStreams`)."""
+    rows = cluster.shard(torch.arange(len(prompts)))
+    ids, mask = encode_prompts(tokenizer, prompts)
+    device = next(lm.parameters()).device
+    ids, mask = ids[rows].to(device), mask[rows].to(device)
+    if isinstance(generator, RowStreams):
+        generator = generator.subset(rows.tolist())
+    elif cluster.world > 1:  # one generator's draws would depend on how the rows are shared out
+        raise ValueError("sampling a batch over several processes needs one random stream per row (RowStreams)")
+    samples = sample(lm, ids, mask, response_length, temperature, tokenizer.eos_token_id, tokenizer.pad_token_id,
+                     generator)
+    width = int(cluster.max(float(samples.response_ids.shape[1])))
+    return Share(rows, ids, mask, widen(samples, width, tokenizer.pad_token_id))

@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from rlhflab.models.forward import response_logits
+from rlhflab.models.lm import save_pretrained
 from rlhflab.runs import atomic_dir
 
 VALUE_HEAD_FILE = "value_head.safetensors"
@@ -39,9 +40,13 @@ class PolicyWithValue(nn.Module):
         values = self.value_head(hidden).squeeze(-1)
         return logits, values
 
-    def save(self, out_dir: Path, tokenizer=None) -> None:
+    def save(self, out_dir: Path, tokenizer=None, state_dict: dict | None = None) -> None:
+        """An HF directory of the LM, with the value head beside it; from `state_dict` (this
+        module's full weights, e.g. gathered from FSDP2's shards) when given."""
+        state = self.state_dict() if state_dict is None else state_dict
         with atomic_dir(Path(out_dir)) as tmp:
-            self.lm.save_pretrained(str(tmp))
+            save_pretrained(self.lm, tmp, {k.removeprefix("lm."): v for k, v in state.items() if k.startswith("lm.")})
             if tokenizer is not None:
                 tokenizer.save_pretrained(str(tmp))
-            save_file({k: v.contiguous() for k, v in self.value_head.state_dict().items()}, str(tmp / VALUE_HEAD_FILE))
+            head = {k.removeprefix("value_head."): v.contiguous() for k, v in state.items() if k.startswith("value_head.")}
+            save_file(head, str(tmp / VALUE_HEAD_FILE))

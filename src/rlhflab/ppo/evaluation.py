@@ -4,38 +4,58 @@ when the prompts come from the embedded world (`world` is None otherwise)."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+from typing import ContextManager
+
 import torch
 
-from rlhflab.data.batching import decode_responses, encode_prompts, join_prompt_response
+from rlhflab.data.batching import decode_responses, join_prompt_response
+from rlhflab.distributed import Cluster
 from rlhflab.metrics.diversity import distinct_n, self_bleu
 from rlhflab.models.forward import response_logprobs
-from rlhflab.models.sampling import sample_responses
+from rlhflab.models.sampling import sample_responses, sample_share
+from rlhflab.seeding import RowStreams
 
 
 @torch.no_grad()
 def evaluate_policy(
     lm, reference, reward, world, tokenizer, prompts: list[str], response_length: int,
-    temperature: float, generator: torch.Generator, batch_size: int = 256,
+    temperature: float, streams: RowStreams, batch_size: int = 256, cluster: Cluster = Cluster.single(),
+    full_weights: ContextManager | None = None,
 ) -> dict[str, float]:
+    """The held-out metrics of `lm`. Under several processes each samples and scores its
+    share of every chunk of prompts; the per-prompt results are gathered, so every
+    process returns the same metrics. Prompt i draws from stream i at any chunking."""
     lm.eval()
     gold, proxy, kl, lengths, eos, texts = [], [], [], [], [], []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
-        prompt_ids, prompt_mask = (t.to(next(lm.parameters()).device) for t in encode_prompts(tokenizer, chunk))
-        s = sample_responses(lm, prompt_ids, prompt_mask, response_length, temperature,
-                             tokenizer.eos_token_id, tokenizer.pad_token_id, generator)
-        ids, mask = join_prompt_response(prompt_ids, prompt_mask, s.response_ids, s.mask)
-        P = prompt_ids.shape[1]
-        policy_lp = response_logprobs(lm, ids, mask, P, temperature)
+        chunk_streams = streams.subset(list(range(start, start + len(chunk))))
+        with full_weights or nullcontext():
+            share = sample_share(sample_responses, lm, tokenizer, chunk, response_length, temperature, chunk_streams,
+                                 cluster)
+            s = share.samples
+            ids, mask = join_prompt_response(share.prompt_ids, share.prompt_mask, s.response_ids, s.mask)
+            P = share.prompt_ids.shape[1]
+            policy_lp = response_logprobs(lm, ids, mask, P, temperature)
         ref_lp = response_logprobs(reference, ids, mask, P, temperature)
-        kl += ((policy_lp - ref_lp) * s.mask).sum(1).tolist()
-        proxy += reward(ids, mask, s.has_eos)[0].tolist()
         responses = decode_responses(tokenizer, s.response_ids, s.mask)
-        texts += responses
-        if world is not None:
-            gold += world.gold(chunk, responses)
-        lengths += s.mask.sum(1).tolist()
-        eos += s.has_eos.tolist()
+        local_chunk = [chunk[i] for i in share.rows.tolist()]
+        rows = {
+            "kl": ((policy_lp - ref_lp) * s.mask).sum(1).tolist(),
+            "proxy": reward(ids, mask, s.has_eos)[0].tolist(),
+            "text": responses,
+            "gold": world.gold(local_chunk, responses) if world is not None else [],
+            "length": s.mask.sum(1).tolist(),
+            "eos": s.has_eos.tolist(),
+        }
+        whole = {name: cluster.gather_lists(column) for name, column in rows.items()}
+        kl += whole["kl"]
+        proxy += whole["proxy"]
+        texts += whole["text"]
+        gold += whole["gold"]
+        lengths += whole["length"]
+        eos += whole["eos"]
     n = len(prompts)
     full = [f"{p} {r}" for p, r in zip(prompts, texts)]
     known = {"gold_mean": sum(gold) / n, "grammatical_rate": world.grammatical_rate(full)} if world is not None else {}

@@ -11,6 +11,7 @@ are kept for the checkup, which compares the two.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, fields
 from functools import partial
 from typing import Callable
@@ -18,11 +19,15 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from rlhflab.data.batching import decode_responses, encode_prompts, join_prompt_response, retokenize, same_vocabulary
+from rlhflab.data.batching import decode_responses, join_prompt_response, retokenize, same_vocabulary
+from rlhflab.distributed import Cluster
+from rlhflab.engines import SingleEngine
 from rlhflab.models.forward import response_logprobs
 from rlhflab.models.reward_model import max_input_length, score_sequences
+from rlhflab.models.sampling import sample_share
 from rlhflab.ppo.components import PPOComponents, standardise
 from rlhflab.ppo.losses import logprobs_from_logits
+from rlhflab.seeding import RowStreams
 
 
 @dataclass(frozen=True)
@@ -115,45 +120,48 @@ def make_rollout(
     prompts: list[str],
     response_length: int,
     temperature: float,
-    generator: torch.Generator,
+    generator: torch.Generator | RowStreams,
     components: PPOComponents = PPOComponents(),
     timings: dict[str, float] | None = None,
+    cluster: Cluster = Cluster.single(),
+    engine: SingleEngine | None = None,
 ) -> Rollout:
+    """The rollout of `prompts`. Under several processes each samples and scores its share
+    of the rows (`sample_share`), and the shares are gathered: every process returns the
+    whole batch, so the update and its metrics are those of one process."""
     c = components
     timings = {} if timings is None else timings
+    full_weights = engine.full_weights(policy) if engine is not None else nullcontext()
     start = time.perf_counter()
     policy.eval()
-    device = next(policy.parameters()).device
-    prompt_ids, prompt_mask = (t.to(device) for t in encode_prompts(tokenizer, prompts))
-    samples = c.sample(
-        policy.lm, prompt_ids, prompt_mask, response_length, temperature,
-        tokenizer.eos_token_id, tokenizer.pad_token_id, generator,
-    )
-    mask = c.response_mask(samples.mask)
-    timings["rollout"] = time.perf_counter() - start
-    start = time.perf_counter()
-    input_ids, attention_mask = join_prompt_response(prompt_ids, prompt_mask, samples.response_ids, samples.mask)
-    P = prompt_ids.shape[1]
-    with c.rollout_mode(policy):
-        logits, values = policy(input_ids, attention_mask, P, temperature, c.response_logits)
-    policy.eval()
+    with full_weights:  # FSDP2 gathers the policy once for the whole rollout
+        share = sample_share(c.sample, policy.lm, tokenizer, prompts, response_length, temperature, generator,
+                             cluster)
+        samples = share.samples
+        mask = c.response_mask(samples.mask)
+        timings["rollout"] = time.perf_counter() - start
+        start = time.perf_counter()
+        input_ids, attention_mask = join_prompt_response(share.prompt_ids, share.prompt_mask, samples.response_ids,
+                                                         samples.mask)
+        P = share.prompt_ids.shape[1]
+        with c.rollout_mode(policy):
+            logits, values = policy(input_ids, attention_mask, P, temperature, c.response_logits)
+        policy.eval()
     logprobs = logprobs_from_logits(logits, samples.response_ids)
     ref_logprobs = response_logprobs(reference, input_ids, attention_mask, P, temperature, c.response_logits)
     proxy, scores = reward(input_ids, attention_mask, samples.has_eos)
     zero = ~mask
+    local = {
+        "prompt_ids": share.prompt_ids, "prompt_mask": share.prompt_mask, "response_ids": samples.response_ids,
+        "sampled_mask": samples.mask, "mask": mask, "sampled_logprobs": samples.logprobs,
+        "logprobs": logprobs.masked_fill(zero, 0.0), "ref_logprobs": ref_logprobs.masked_fill(zero, 0.0),
+        "values": values.masked_fill(zero, 0.0), "proxy": proxy, "scores": scores, "has_eos": samples.has_eos,
+    }
+    whole = {name: cluster.gather_rows(value, len(prompts)) for name, value in local.items()}
     timings["score"] = time.perf_counter() - start
     return Rollout(
         prompts=list(prompts),
-        responses=decode_responses(tokenizer, samples.response_ids, samples.mask),
-        prompt_ids=prompt_ids,
-        prompt_mask=prompt_mask,
-        response_ids=samples.response_ids,
-        mask=mask,
-        sampled_logprobs=samples.logprobs,
-        logprobs=logprobs.masked_fill(zero, 0.0),
-        ref_logprobs=ref_logprobs.masked_fill(zero, 0.0),
-        values=values.masked_fill(zero, 0.0),
-        proxy=proxy,
-        scores=scores,
-        has_eos=samples.has_eos,
+        responses=decode_responses(tokenizer, whole["response_ids"],
+                                   whole.pop("sampled_mask")),
+        **whole,
     )

@@ -31,7 +31,7 @@ from rlhflab.ppo.rollout import Rollout
 from rlhflab.ppo.trainer import PPOState, load_ppo_state, ppo_iteration
 from rlhflab.progress import console, progress_bar
 from rlhflab.runs import RunDir, append_jsonl, read_jsonl, stage_logger, write_json
-from rlhflab.seeding import derive_seed, torch_generator
+from rlhflab.seeding import RowStreams, derive_seed
 from rlhflab.sources import context_length, policy_dir, prompt_task
 
 
@@ -52,18 +52,19 @@ def run_ppo(
     and logged again, so the metrics file has every step once. Under torchrun only the
     first process writes files; every process runs the same loop (distributed.py)."""
     cfg = config.ppo
-    state = load_ppo_state(config, run, components, cluster.device)
-    state.cluster, writer = cluster, cluster.is_main
+    state = load_ppo_state(config, run, components, cluster.device, cluster)
+    writer = cluster.is_main
     show_progress = show_progress and writer
     task = prompt_task(config, state.tokenizer, context_length(policy_dir(config, run), config))
     evaluate = lambda lm: evaluate_policy(  # noqa: E731
         lm, state.reference, state.reward, task.world, state.tokenizer, task.eval_prompts,
-        cfg.response_length, cfg.temperature, torch_generator(config.seed, "eval-sampling"),
+        cfg.response_length, cfg.temperature,
+        RowStreams(config.seed, ("eval-sampling",), list(range(len(task.eval_prompts)))),
+        cluster=cluster, full_weights=state.engine.full_weights(state.policy),
     )
-    generator = torch_generator(config.seed, "ppo", "sampling")
     checkpoint_dir = run.checkpoints / "ppo"
     if resume and has_checkpoint(checkpoint_dir):
-        point = load_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller, generator)
+        point = load_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller)
         records = read_jsonl(run.metrics("ppo"))[: point.metrics_lines]
         cluster.barrier()  # every process has read the file before the first one cuts it
         if writer:
@@ -77,10 +78,9 @@ def run_ppo(
             run.samples("ppo").unlink(missing_ok=True)
 
     def checkpoint(next_step: int) -> None:
-        if writer:
-            save_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller, generator,
-                            ResumePoint(next_step, count_lines(run.metrics("ppo")),
-                                        count_lines(run.samples("ppo")), before))
+        lines = (count_lines(run.metrics("ppo")), count_lines(run.samples("ppo"))) if writer else (0, 0)
+        save_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller,
+                        ResumePoint(next_step, *lines, before), cluster)
 
     logger = stage_logger(run, "ppo", append=first > 0, writer=writer)
     watch = LiveDoctor(config, state, records)
@@ -88,7 +88,7 @@ def run_ppo(
     with StopSignals() as signals, progress_bar("stage 3 ppo", cfg.iterations, show_progress, first) as bar:
         for step in range(first, cfg.iterations):
             prompts = components.prompts(task.train, cfg.batch_size, derive_seed(config.seed, "ppo-prompts", str(step)))
-            rollout, metrics = ppo_iteration(state, prompts, generator)
+            rollout, metrics = ppo_iteration(state, prompts, config.seed, step)
             gold = task.gold(rollout.prompts, rollout.responses) if task.gold is not None else None
             if gold is not None:
                 metrics["reward/gold_mean"] = sum(gold) / len(gold)
@@ -105,16 +105,16 @@ def run_ppo(
                 logger.close()
                 raise Interrupted(signals.received, step + 1, checkpoint_dir)
             if stopped is not None:
-                if writer:
-                    watch.stop(run, stopped)
+                watch.stop(run, stopped)
                 break
     logger.close()
     after = evaluate(state.policy.lm)
     summary = {"stage1": before, "policy": after}
     if stopped is not None:
         summary["stopped"] = {"step": step, "rule": stopped.rule, "title": stopped.title}
+    weights = state.engine.full_state_dict(state.policy)  # every process takes part in gathering them
     if writer:
-        state.policy.save(run.stage3_policy, state.tokenizer)
+        state.policy.save(run.stage3_policy, state.tokenizer, weights)
         write_json(run.root / "metrics" / "eval.json", summary)
     cluster.barrier()
     return summary
@@ -184,9 +184,13 @@ class LiveDoctor:
         return self.last_diagnosis
 
     def stop(self, run: RunDir, finding) -> None:
-        """Save the policy as an HF directory and write the diagnosis that stopped the run."""
+        """Save the policy as an HF directory and write the diagnosis that stopped the run
+        (every process gathers the weights; the first writes)."""
+        weights = self.state.engine.full_state_dict(self.state.policy)
+        if not self.state.cluster.is_main:
+            return
+        self.state.policy.save(run.checkpoints / "stopped", self.state.tokenizer, weights)
         self.last_diagnosis.source = str(run.root)
-        self.state.policy.save(run.checkpoints / "stopped", self.state.tokenizer)
         write_diagnosis(self.last_diagnosis, run.diagnosis)
         console.print(f"[red]stopped at iteration {self.records[-1]['step']}:[/red] {finding.title} "
                       f"(rule {finding.rule}); checkpoint in {run.checkpoints / 'stopped'}")

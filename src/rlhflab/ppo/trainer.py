@@ -17,8 +17,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from rlhflab.config import PipelineConfig, PPOConfig
+from rlhflab.config import DistributedConfig, PipelineConfig, PPOConfig
 from rlhflab.distributed import Cluster
+from rlhflab.engines import SingleEngine, clip_grad_norm, make_engine
 from rlhflab.metrics.diversity import distinct_n, identical_fraction, self_bleu
 from rlhflab.metrics.stats import explained_variance, masked_mean, masked_var, pearson
 from rlhflab.models.lm import load_causal_lm, load_tokenizer
@@ -30,7 +31,7 @@ from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.kl import KLController, kl_estimate
 from rlhflab.ppo.rollout import RewardFunction, Rollout, make_rollout, reward_encoder
 from rlhflab.runs import RunDir
-from rlhflab.seeding import derive_seed
+from rlhflab.seeding import RowStreams, derive_seed, torch_generator
 from rlhflab.sources import policy_dir, reward_model_dir
 
 
@@ -47,6 +48,13 @@ class PPOState:
     controller: KLController
     components: PPOComponents = field(default_factory=PPOComponents)
     cluster: Cluster = field(default_factory=Cluster.single)
+    engine: SingleEngine = field(default_factory=lambda: SingleEngine(DistributedConfig(), Cluster.single()))
+    trained: torch.nn.Module | None = None  # the policy as the engine trains it (DDP's wrapper); None: the policy
+
+    @property
+    def trainer(self) -> torch.nn.Module:
+        """The module whose forward the update calls: where DDP and FSDP2 hook their communication."""
+        return self.policy if self.trained is None else self.trained
 
 
 @dataclass(frozen=True)
@@ -78,13 +86,13 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
     # first ratio is exactly 1 (Huang et al. 2023, "disable dropout").
     for minibatch in c.minibatch_schedule(len(rollout.prompts), cfg.minibatches, cfg.epochs, generator):
         # Under torchrun each process takes its share of the minibatch's rows; its loss
-        # is weighted by its share of the minibatch's tokens, so the gradients summed
-        # over processes are those of the whole minibatch's token mean.
+        # is weighted by W times its share of the minibatch's tokens, so the gradients the
+        # engine averages over the W processes are those of the whole minibatch's token mean.
         index = cluster.shard(minibatch)
         mb = rollout.select(index)
         share = cluster.world * float(mb.mask.sum()) / float(rollout.mask[minibatch].sum())
-        logits, values = state.policy(mb.input_ids, mb.attention_mask, mb.prompt_len, cfg.temperature,
-                                      c.response_logits)
+        logits, values = state.trainer(mb.input_ids, mb.attention_mask, mb.prompt_len, cfg.temperature,
+                                       c.response_logits)
         logprobs = losses.logprobs_from_logits(logits, mb.response_ids)
         pg_loss, pg = c.policy_loss(logprobs, mb.logprobs, adv.advantages[index], mb.mask, cfg.clip_eps)
         vf_loss, vf = c.value_loss(values, mb.values, adv.returns[index], mb.mask, cfg.value_clip_eps)
@@ -93,12 +101,11 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
         entropy = masked_mean(losses.entropy_from_logits(entropy_logits), mb.mask)
         loss = pg_loss + cfg.vf_coef * vf_loss - cfg.entropy_coef * entropy
         state.optimizer.zero_grad(set_to_none=True)
-        (loss * (share / cluster.world)).backward()
-        cluster.sum_gradients(state.policy.parameters())
-        grad_norm = torch.nn.utils.clip_grad_norm_(state.policy.parameters(), cfg.max_grad_norm)
+        (loss * share).backward()
+        grad_norm = clip_grad_norm(state.policy.parameters(), cfg.max_grad_norm)
         # A NaN/Inf loss or gradient (from a reward, an advantage or an overflow) would
         # poison the weights and Adam's moments for good: skip the step and count it.
-        finite = bool(torch.isfinite(grad_norm))  # the same on every process: gradients are summed
+        finite = bool(torch.isfinite(grad_norm))  # the same on every process: gradients are averaged
         skipped += not finite
         if finite:
             state.optimizer.step()
@@ -124,19 +131,24 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
                                                                  "guard/skipped_updates": float(skipped)}
 
 
-def ppo_iteration(state: PPOState, prompts: list[str], generator: torch.Generator) -> tuple[Rollout, dict[str, float]]:
-    """One PPO iteration: rollout, score, advantages, update, KL-controller step."""
+def ppo_iteration(state: PPOState, prompts: list[str], seed: int, step: int) -> tuple[Rollout, dict[str, float]]:
+    """One PPO iteration: rollout, score, advantages, update, KL-controller step. Every
+    random draw of iteration `step` comes from streams named by the seed and the step (a
+    prompt's sample from its own, by its index in the batch), so the iteration is the
+    same whether it runs first or after a resume, on one process or several."""
     timings: dict[str, float] = {}
+    streams = RowStreams(seed, ("ppo", "sampling", str(step)), list(range(len(prompts))))
     rollout = make_rollout(
         state.policy, state.reference, state.reward, state.tokenizer, prompts,
-        state.config.response_length, state.config.temperature, generator, state.components, timings,
+        state.config.response_length, state.config.temperature, streams, state.components, timings,
+        state.cluster, state.engine,
     )
     start = time.perf_counter()
     adv = compute_advantages(state, rollout)
     timings["advantages"] = time.perf_counter() - start
     kl_coef = state.controller.value
     start = time.perf_counter()
-    update = ppo_update(state, rollout, adv, generator)
+    update = ppo_update(state, rollout, adv, torch_generator(seed, "ppo", "minibatches", str(step)))
     timings["update"] = time.perf_counter() - start
     metrics = rollout_metrics(rollout, adv, kl_coef) | update
     if math.isfinite(metrics["kl/mean"]):  # a NaN would stay in an adaptive beta for good
@@ -188,25 +200,39 @@ def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[s
 
 
 def build_ppo_state(config: PipelineConfig, policy_dir: Path, reward_dir: Path, tokenizer,
-                    components: PPOComponents, device: torch.device = torch.device("cpu")) -> PPOState:
+                    components: PPOComponents, device: torch.device = torch.device("cpu"),
+                    cluster: Cluster = Cluster.single()) -> PPOState:
     """Policy (with a fresh value head) and reference from `policy_dir`, the frozen reward
-    model from `reward_dir`, and the optimiser and KL controller from the config."""
+    model from `reward_dir`, and the optimiser and KL controller from the config; the
+    models placed by the engine of `config.distributed` (the optimiser is made after,
+    over the parameters the engine left: FSDP2's shards)."""
     cfg = config.ppo
+    engine = make_engine(config.distributed, cluster)
     torch.manual_seed(derive_seed(config.seed, "ppo-init"))
     policy = PolicyWithValue(load_causal_lm(policy_dir)).to(device)
     reference = components.make_reference(policy_dir, policy.lm).to(device)
-    reward_model = load_reward_model(reward_dir).eval().requires_grad_(False).to(device)
+    if not shares_parameters(reference, policy):  # a fault may make the policy its own reference
+        reference = engine.frozen(reference)
+    reward_model = engine.frozen(load_reward_model(reward_dir).eval().requires_grad_(False).to(device))
     mean, std = reward_normalizer(reward_model)
     encode = reward_encoder(tokenizer, load_reward_tokenizer(reward_dir), reward_model)
     reward = RewardFunction(reward_model, mean, std, cfg.normalize_reward, cfg.missing_eos_penalty,
                             components.score, components.reward_transform, encode)
+    trained = engine.trained(policy)
     optimizer = adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
-    return PPOState(cfg, policy, reference, reward, tokenizer, optimizer, components.make_kl_controller(cfg), components)
+    return PPOState(cfg, policy, reference, reward, tokenizer, optimizer, components.make_kl_controller(cfg), components,
+                    cluster, engine, None if trained is policy else trained)
+
+
+def shares_parameters(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    ids = {id(p) for p in b.parameters()}
+    return any(id(p) in ids for p in a.parameters())
 
 
 def load_ppo_state(config: PipelineConfig, run: RunDir, components: PPOComponents,
-                   device: torch.device = torch.device("cpu")) -> PPOState:
+                   device: torch.device = torch.device("cpu"), cluster: Cluster = Cluster.single()) -> PPOState:
     """The PPO state of a run: its stage-1 and stage-2 models, or the user's (`data.policy`,
     `data.reward_model`), with the policy directory's tokenizer."""
     policy = policy_dir(config, run)
-    return build_ppo_state(config, policy, reward_model_dir(config, run), load_tokenizer(policy), components, device)
+    return build_ppo_state(config, policy, reward_model_dir(config, run), load_tokenizer(policy), components, device,
+                           cluster)

@@ -19,14 +19,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from rlhflab.config import PipelineConfig, PretrainConfig
-from rlhflab.data.batching import decode_responses, encode_prompts, encode_sft, length_grouped_batches
-from rlhflab.distributed import default_device
-from rlhflab.models.lm import build_tiny_lm, count_parameters, load_causal_lm
+from rlhflab.data.batching import decode_responses, encode_sft, length_grouped_batches
+from rlhflab.distributed import Cluster
+from rlhflab.engines import clip_grad_norm, make_engine
+from rlhflab.models.lm import build_tiny_lm, count_parameters, load_causal_lm, save_pretrained
 from rlhflab.models.precision import autocast
-from rlhflab.models.sampling import sample_responses
+from rlhflab.models.sampling import sample_responses, sample_share
 from rlhflab.progress import progress_bar
 from rlhflab.runs import RunDir, atomic_dir, stage_logger
-from rlhflab.seeding import derive_seed, torch_generator
+from rlhflab.seeding import RowStreams, derive_seed, torch_generator
 from rlhflab.sources import context_length, sft_data, stage1_tokenizer
 from rlhflab.worlds.reviews import ReviewsWorld
 
@@ -69,18 +70,21 @@ def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 @torch.no_grad()
-def grammatical_rate_of_samples(model, tokenizer, world: ReviewsWorld, n: int, max_len: int, seed: int) -> float:
-    """Sample `n` reviews from `<bos>` and return the fraction of their sentences that parse."""
+def grammatical_rate_of_samples(model, tokenizer, world: ReviewsWorld, n: int, max_len: int, seed: int,
+                                cluster: Cluster = Cluster.single()) -> float:
+    """Sample `n` reviews from `<bos>` and return the fraction of their sentences that parse
+    (under several processes, each samples its share)."""
     model.eval()
-    ids, mask = (t.to(next(model.parameters()).device) for t in encode_prompts(tokenizer, [""] * n))
-    samples = sample_responses(
-        model, ids, mask, max_len - 1, 1.0, tokenizer.eos_token_id, tokenizer.pad_token_id,
-        torch_generator(seed, "pretrain", "grammar-samples"),
-    )
-    return world.grammatical_rate(decode_responses(tokenizer, samples.response_ids, samples.mask))
+    share = sample_share(sample_responses, model, tokenizer, [""] * n, max_len - 1, 1.0,
+                         RowStreams(seed, ("pretrain", "grammar-samples"), list(range(n))), cluster)
+    texts = decode_responses(tokenizer, share.samples.response_ids, share.samples.mask)
+    return world.grammatical_rate(cluster.gather_lists(texts))
 
 
-def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True) -> PretrainResult:
+def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True,
+                 cluster: Cluster = Cluster.single()) -> PretrainResult:
+    """Train and save the stage-1 LM. Under torchrun each process takes its share of every
+    batch's rows through the engine of `distributed.strategy`; the first writes files."""
     cfg = config.pretrain
     start = time.perf_counter()
     tokenizer = stage1_tokenizer(config)
@@ -88,7 +92,7 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
     context = context_length(init_dir, config)
     data = sft_data(config, tokenizer, context)
     world = data.world
-    if world is not None:
+    if world is not None and cluster.is_main:
         world.save(run.world)
         corpus_sample = [completion for _, completion in data.train[:200]]
         (run.world / "corpus_sample.txt").write_text("\n".join(corpus_sample) + "\n", encoding="utf-8")
@@ -99,11 +103,14 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
         model = load_causal_lm(init_dir)
     else:
         model = build_tiny_lm(tokenizer, cfg, derive_seed(config.seed, "lm-init"))
-    device = default_device()
+    device = cluster.device
     model.to(device)
+    engine = make_engine(config.distributed, cluster)
+    trained = engine.trained(model)
     optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95))
     batches = torch_generator(config.seed, "pretrain", "batches")
-    logger = stage_logger(run, "pretrain")
+    logger = stage_logger(run, "pretrain", writer=cluster.is_main)
+    show_progress = show_progress and cluster.is_main
     train_loss = val_loss = grammatical = math.nan
     epoch: list[Tensor] = []  # the batches of the current pass over the corpus not yet used
     tokens_per_batch = float(train_targets[:, 1:].sum()) * cfg.batch_size / len(train_targets)
@@ -115,33 +122,42 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
             if not epoch:
                 epoch = length_grouped_batches(train_mask.sum(1), cfg.batch_size, batches)
             index = epoch.pop()
-            ids, mask, targets = (t.to(device) for t in _trim(train_ids[index], train_mask[index], train_targets[index]))
-            loss = lm_loss(model, ids, mask, targets)
+            width = int(train_mask[index].sum(1).max())  # the whole batch's, on every process
+            index = cluster.shard(index)
+            ids, mask, targets = (t[index, :width].to(device) for t in (train_ids, train_mask, train_targets))
+            loss = lm_loss(trained, ids, mask, targets)
             # Batches of similar length hold different numbers of target tokens: weighting each batch's
             # mean by its share of tokens keeps every token's weight what it is under random batches.
-            weighted = loss * (targets[:, 1:].sum() / tokens_per_batch)
+            # W times it under W processes, whose gradients the engine averages.
+            tokens = targets[:, 1:].sum()
+            weighted = loss * (tokens / tokens_per_batch) * cluster.world
             optimizer.zero_grad(set_to_none=True)
             weighted.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            clip_grad_norm(model.parameters(), cfg.max_grad_norm)
             optimizer.step()
-            train_loss = loss.item()
+            summed = cluster.sum({"loss": loss.item() * float(tokens), "tokens": float(tokens)})
+            train_loss = summed["loss"] / summed["tokens"]
             metrics = {"lm/train_loss": train_loss, "lr": lr_at(step, cfg)}
             if (step + 1) % cfg.eval_every == 0 or step == cfg.steps - 1:
-                val_loss = _val_loss(model, val_ids, val_mask, val_targets)
+                val_loss = _val_loss(trained, val_ids, val_mask, val_targets)
                 metrics["lm/val_loss"] = val_loss
                 if world is not None and tokenizer.bos_token_id is not None:
-                    grammatical = grammatical_rate_of_samples(
-                        model, tokenizer, world, cfg.eval_samples, min(cfg.n_positions, context),
-                        derive_seed(config.seed, str(step)),
-                    )
+                    with engine.full_weights(model):
+                        grammatical = grammatical_rate_of_samples(
+                            model, tokenizer, world, cfg.eval_samples, min(cfg.n_positions, context),
+                            derive_seed(config.seed, str(step)), cluster,
+                        )
                     metrics["lm/grammatical_rate"] = grammatical
             logger.log(step, metrics)
             bar.advance(info=f"loss {train_loss:.3f}")
     logger.close()
     model.eval()
-    with atomic_dir(run.stage1_lm) as out:
-        model.save_pretrained(str(out))
-        tokenizer.save_pretrained(str(out))
+    weights = engine.full_state_dict(model)  # every process takes part in gathering them
+    if cluster.is_main:
+        with atomic_dir(run.stage1_lm) as out:
+            save_pretrained(model, out, weights)
+            tokenizer.save_pretrained(str(out))
+    cluster.barrier()
     return PretrainResult(count_parameters(model), train_loss, val_loss, grammatical, time.perf_counter() - start)
 
 

@@ -17,14 +17,15 @@ from rlhflab.config import PipelineConfig
 from rlhflab.data.batching import decode_responses, encode_prompts, encode_responses, join_prompt_response, length_grouped_batches
 from rlhflab.data.files import PreferenceRecord
 from rlhflab.distributed import Cluster
+from rlhflab.engines import clip_grad_norm, make_engine
 from rlhflab.metrics.stats import pearson
 from rlhflab.models.bradley_terry import bt_loss
-from rlhflab.models.lm import load_causal_lm, load_tokenizer
+from rlhflab.models.lm import load_causal_lm, load_tokenizer, save_pretrained
 from rlhflab.models.reward_model import reward_model_from_lm, score_sequences
-from rlhflab.models.sampling import sample_responses
+from rlhflab.models.sampling import sample_responses, sample_share
 from rlhflab.progress import progress_bar
 from rlhflab.runs import RunDir, atomic_dir, stage_logger
-from rlhflab.seeding import derive_seed, py_rng, torch_generator
+from rlhflab.seeding import RowStreams, derive_seed, py_rng, rows_of, torch_generator
 from rlhflab.sources import context_length, preference_data, reward_base_dir
 from rlhflab.stages.pretrain import decay_groups
 from rlhflab.worlds.reviews import ReviewsWorld, SimulatedLabeler
@@ -59,6 +60,17 @@ class Comparisons:
                            self.first_preferred[index])
 
 
+class Scorer(torch.nn.Module):
+    """A reward model's score (`score_sequences`) as its forward. (B, L) -> (B,)"""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        return score_sequences(self.model, input_ids, attention_mask)
+
+
 def pair_scores(scores: Tensor, pairs: Tensor, first_preferred: Tensor) -> tuple[Tensor, Tensor]:
     """Scores of the chosen and rejected response of every pair. (N, K) -> (N*C,), (N*C,)"""
     first, second = scores[:, pairs[:, 0]], scores[:, pairs[:, 1]]  # (N, C)
@@ -82,10 +94,12 @@ class RewardResult:
 @torch.no_grad()
 def sample_comparisons(
     policy, tokenizer, world: ReviewsWorld, prompts: list[str], responses_per_prompt: int,
-    response_length: int, temperature: float, labeler_seed: int, generator: torch.Generator,
-    batch_size: int = 1024,
+    response_length: int, temperature: float, labeler_seed: int, streams: RowStreams | torch.Generator,
+    batch_size: int = 1024, cluster: Cluster = Cluster.single(),
 ) -> Comparisons:
-    """K stage-1 samples per prompt; the simulated labeler labels every pair."""
+    """K stage-1 samples per prompt (row r of the repeated prompts drawing from stream r);
+    the simulated labeler labels every pair. Under several processes each samples its
+    share of every chunk, and every process gets all the comparisons."""
     policy.eval()
     K = responses_per_prompt
     labeler_rng = py_rng(labeler_seed, "labeler")
@@ -93,15 +107,15 @@ def sample_comparisons(
     rows, texts, lengths = [], [], []
     for start in range(0, len(repeated), batch_size):
         chunk = repeated[start : start + batch_size]
-        prompt_ids, prompt_mask = (t.to(next(policy.parameters()).device) for t in encode_prompts(tokenizer, chunk))
-        s = sample_responses(
-            policy, prompt_ids, prompt_mask, response_length, temperature,
-            tokenizer.eos_token_id, tokenizer.pad_token_id, generator,
-        )
+        share = sample_share(sample_responses, policy, tokenizer, chunk, response_length, temperature,
+                             rows_of(streams, list(range(start, start + len(chunk)))), cluster)
         # Comparisons are kept on the CPU; training moves each batch to the model's device.
-        rows.append(tuple(t.cpu() for t in join_prompt_response(prompt_ids, prompt_mask, s.response_ids, s.mask)))
-        texts += decode_responses(tokenizer, s.response_ids, s.mask)
-        lengths.append(s.mask.sum(1).cpu())
+        response_ids = cluster.gather_rows(share.samples.response_ids, len(chunk)).cpu()
+        response_mask = cluster.gather_rows(share.samples.mask, len(chunk)).cpu()
+        prompt_ids, prompt_mask = encode_prompts(tokenizer, chunk)
+        rows.append(join_prompt_response(prompt_ids, prompt_mask, response_ids, response_mask))
+        texts += decode_responses(tokenizer, response_ids, response_mask)
+        lengths.append(response_mask.sum(1))
     width = max(ids.shape[1] for ids, _ in rows)
     ids = torch.cat([_pad_right(i, width, tokenizer.pad_token_id) for i, _ in rows])
     mask = torch.cat([_pad_right(m, width, False) for _, m in rows])
@@ -127,31 +141,39 @@ def _pad_right(x: Tensor, width: int, value) -> Tensor:
 
 
 @torch.no_grad()
-def score_all(model, ids: Tensor, mask: Tensor, score_fn=score_sequences, batch_size: int = 512) -> Tensor:
-    """Scores of every row, in batches on the model's device, returned on the CPU. (N,)"""
+def score_all(model, ids: Tensor, mask: Tensor, score_fn=score_sequences, batch_size: int = 512,
+              cluster: Cluster = Cluster.single()) -> Tensor:
+    """Scores of every row, in batches on the model's device, returned on the CPU. (N,)
+    Under several processes each scores its share of every batch (one forward per batch
+    on every process, as FSDP2's collectives need) and every process gets all scores."""
     model.eval()
     device = next(model.parameters()).device
-    return torch.cat([score_fn(model, ids[i : i + batch_size].to(device), mask[i : i + batch_size].to(device)).cpu()
-                      for i in range(0, len(ids), batch_size)])
+    scores = []
+    for start in range(0, len(ids), batch_size):
+        batch = torch.arange(start, min(start + batch_size, len(ids)))
+        rows = cluster.shard(batch)
+        local = score_fn(model, ids[rows].to(device), mask[rows].to(device))
+        scores.append(cluster.gather_rows(local, len(batch)).cpu())
+    return torch.cat(scores)
 
 
-def group_scores(model, c: Comparisons, score_fn=score_sequences) -> Tensor:
+def group_scores(model, c: Comparisons, score_fn=score_sequences, cluster: Cluster = Cluster.single()) -> Tensor:
     """Scores of every response. (N, K)"""
     N, K, L = c.ids.shape
-    return score_all(model, c.ids.view(N * K, L), c.mask.view(N * K, L), score_fn).view(N, K)
+    return score_all(model, c.ids.view(N * K, L), c.mask.view(N * K, L), score_fn, cluster=cluster).view(N, K)
 
 
 @torch.no_grad()
 def evaluate_reward_model(model, val: Comparisons, gold: Comparisons | None,
-                          score_fn=score_sequences) -> dict[str, float]:
+                          score_fn=score_sequences, cluster: Cluster = Cluster.single()) -> dict[str, float]:
     """Held-out label accuracy, agreement with gold on fresh pairs (when a gold exists), and
     score-length correlation (on the gold pairs, else on the held-out pairs)."""
-    val_scores = group_scores(model, val, score_fn)
+    val_scores = group_scores(model, val, score_fn, cluster)
     chosen, rejected = pair_scores(val_scores, val.pairs, val.first_preferred)
     metrics = {"rm/val_acc": float((chosen > rejected).float().mean())}
     if gold is None or gold.gold is None:
         return metrics | {"rm/length_corr": pearson(val_scores.flatten(), val.lengths.flatten().float())}
-    scores = group_scores(model, gold, score_fn)
+    scores = group_scores(model, gold, score_fn, cluster)
     first, second = scores[:, gold.pairs[:, 0]], scores[:, gold.pairs[:, 1]]
     g_first, g_second = gold.gold[:, gold.pairs[:, 0]], gold.gold[:, gold.pairs[:, 1]]
     decided = g_first != g_second
@@ -180,23 +202,26 @@ def prompts_for(comparisons: int, responses_per_prompt: int) -> int:
     return math.ceil(comparisons / per_prompt)
 
 
-def world_comparisons(config: PipelineConfig, run: RunDir, tokenizer,
-                      device: torch.device) -> tuple[Comparisons, Comparisons, Comparisons]:
+def world_comparisons(config: PipelineConfig, run: RunDir, tokenizer, device: torch.device,
+                      cluster: Cluster = Cluster.single()) -> tuple[Comparisons, Comparisons, Comparisons]:
     """(train, held-out, gold) comparisons of stage-1 samples labelled by the world's labeler."""
     cfg = config.reward
     K = cfg.responses_per_prompt
     world = ReviewsWorld(config.world)
     policy = load_causal_lm(run.stage1_lm).to(device)
-    sampling = torch_generator(config.seed, "reward", "samples")
     n_train, n_val = prompts_for(cfg.pairs, K), prompts_for(cfg.val_pairs, K)
+    prompts = world.prompts(n_train + n_val, derive_seed(config.seed, "rm-prompts"))
     labelled = sample_comparisons(
-        policy, tokenizer, world, world.prompts(n_train + n_val, derive_seed(config.seed, "rm-prompts")),
-        K, cfg.response_length, cfg.sample_temperature, derive_seed(config.seed, "rm-labels"), sampling,
+        policy, tokenizer, world, prompts, K, cfg.response_length, cfg.sample_temperature,
+        derive_seed(config.seed, "rm-labels"),
+        RowStreams(config.seed, ("reward", "samples"), list(range(len(prompts) * K))), cluster=cluster,
     )
+    gold_prompts = world.prompts(prompts_for(cfg.gold_pairs, K), derive_seed(config.seed, "rm-gold-prompts"),
+                                 split="heldout")
     gold = sample_comparisons(
-        policy, tokenizer, world, world.prompts(prompts_for(cfg.gold_pairs, K), derive_seed(config.seed, "rm-gold-prompts"),
-                                                split="heldout"),
-        K, cfg.response_length, cfg.sample_temperature, derive_seed(config.seed, "rm-gold-labels"), sampling,
+        policy, tokenizer, world, gold_prompts, K, cfg.response_length, cfg.sample_temperature,
+        derive_seed(config.seed, "rm-gold-labels"),
+        RowStreams(config.seed, ("reward", "gold-samples"), list(range(len(gold_prompts) * K))), cluster=cluster,
     )
     return labelled.select(torch.arange(n_train)), labelled.select(torch.arange(n_train, n_train + n_val)), gold
 
@@ -215,12 +240,18 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
         train_pairs, val_pairs = preference_data(config, tokenizer, context_length(base, config))
         train, val, gold = comparisons_from_pairs(tokenizer, train_pairs), comparisons_from_pairs(tokenizer, val_pairs), None
     else:
-        train, val, gold = world_comparisons(config, run, tokenizer, cluster.device)
+        train, val, gold = world_comparisons(config, run, tokenizer, cluster.device, cluster)
     K = train.ids.shape[1]
 
     torch.manual_seed(derive_seed(config.seed, "rm-init"))
     model = reward_model_from_lm(base).to(cluster.device)
-    optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
+    engine = make_engine(config.distributed, cluster)
+    # Through one module's forward, where DDP and FSDP2 hook their communication (the score
+    # is read from the trunk and the head, not the model's own forward).
+    scorer = Scorer(model)
+    trained = engine.trained(scorer)
+    optimizer = torch.optim.AdamW(decay_groups(scorer, cfg.weight_decay), lr=cfg.lr)
+    score = lambda _, ids, mask: trained(ids, mask)  # noqa: E731
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     # A prompt's K responses go through the model together, as wide as the longest of them.
     group_lengths = train.mask.sum(2).max(1).values
@@ -240,24 +271,24 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
                     group["lr"] = lr
                 batch = train.select(cluster.shard(rows))
                 N, _, L = batch.ids.shape
-                # Every prompt has the same pairs, so a process's share of the pairs is its share of the rows.
+                # Every prompt has the same pairs, so a process's share of the pairs is its share of the
+                # rows; W times it, because the engine averages the W processes' gradients.
                 share = N / len(rows)
-                width = int(batch.mask.view(N * K, L).any(0).nonzero().max()) + 1
+                width = int(train.select(rows).mask.view(len(rows) * K, L).any(0).nonzero().max()) + 1
                 ids = batch.ids.view(N * K, L)[:, :width].to(cluster.device)
-                scores = score_sequences(model, ids, batch.mask.view(N * K, L)[:, :width].to(cluster.device))
+                scores = trained(ids, batch.mask.view(N * K, L)[:, :width].to(cluster.device))
                 chosen, rejected = pair_scores(scores.view(N, K), batch.pairs.to(cluster.device),
                                                batch.first_preferred.to(cluster.device))
                 loss, accuracy = bt_loss(chosen, rejected)
                 optimizer.zero_grad(set_to_none=True)
-                (loss * share).backward()
-                cluster.sum_gradients(model.parameters())
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                (loss * share * cluster.world).backward()
+                clip_grad_norm(scorer.parameters(), cfg.max_grad_norm)
                 optimizer.step()
                 summed = cluster.sum({"loss": loss.item() * share, "acc": accuracy.item() * share})
                 loss_value, acc_value = summed["loss"], summed["acc"]
                 metrics = {"rm/train_loss": loss_value, "rm/train_acc": acc_value, "lr": lr}
                 if i == len(batches) - 1:
-                    evaluation = evaluate_reward_model(model, val, gold)
+                    evaluation = evaluate_reward_model(scorer, val, gold, score, cluster)
                     metrics |= evaluation | {"epoch": epoch + 1}
                 logger.log(step, metrics)
                 bar.advance(info=f"loss {loss_value:.3f} acc {acc_value:.2f}")
@@ -265,15 +296,16 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
     logger.close()
 
     # Standardise PPO rewards by the scores of the distribution the RM was trained on.
-    train_scores = group_scores(model, train).flatten()
+    train_scores = group_scores(scorer, train, score, cluster).flatten()
     model.config.reward_mean = float(train_scores.mean())
     model.config.reward_std = float(train_scores.std())
     model.config.reward_min = float(train_scores.min())
     model.config.reward_max = float(train_scores.max())
-    model.eval()
+    scorer.eval()
+    weights = engine.full_state_dict(scorer)  # every process takes part in gathering them
     if cluster.is_main:
         with atomic_dir(run.stage2_rm) as out:
-            model.save_pretrained(str(out))
+            save_pretrained(model, out, {k.removeprefix("model."): v for k, v in weights.items()})
             tokenizer.save_pretrained(str(out))
     cluster.barrier()  # the other processes read stage2_rm next
     return RewardResult(
