@@ -27,3 +27,33 @@ def test_a_single_process_needs_no_process_group(monkeypatch):
     cluster = distributed.Cluster.from_environment()
     assert (cluster.rank, cluster.world, cluster.is_main) == (0, 1, True)
     assert not torch.distributed.is_initialized()
+
+
+@pytest.mark.parametrize("requested, world, used", [
+    (None, 1, "single"), (None, 2, "ddp"), ("single", 2, "ddp"), ("ddp", 1, "single"), ("fsdp2", 1, "single"),
+    ("fsdp2", 4, "fsdp2"), ("ddp", 2, "ddp"),
+])
+def test_the_strategy_a_run_uses_and_records(requested, world, used):
+    from rlhflab.config import load_config
+    from rlhflab.engines import resolve_strategy, with_strategy
+
+    assert resolve_strategy(requested, world) == used
+    config = load_config("smoke", overrides=[f"distributed.strategy={requested}"] if requested else [])
+    assert with_strategy(config, world).distributed.strategy == used
+
+
+def test_fsdp2_shards_each_transformer_block():
+    from rlhflab.engines import repeated_blocks
+    from test_models import tiny_gpt2, tiny_llama
+
+    gpt2, llama = tiny_gpt2(), tiny_llama()
+    assert repeated_blocks(gpt2) == list(gpt2.transformer.h)
+    assert repeated_blocks(llama) == list(llama.model.layers)
+
+
+def test_one_process_gathers_what_it_has():
+    cluster = distributed.Cluster.single()
+    rows = torch.arange(6).view(3, 2)
+    assert cluster.gather_rows(rows, 3) is rows
+    assert cluster.gather_lists(["a", "b"]) == ["a", "b"]
+    assert torch.equal(cluster.shard(torch.arange(5)), torch.arange(5))

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from rlhflab.models.sampling import draw_tokens, exponential_race, sample_responses
+from rlhflab.seeding import RowStreams
 from test_models import EOS, PAD, VOCAB, left_padded_prompts, tiny_gpt2, tiny_llama
 
 
@@ -63,3 +64,30 @@ def test_first_sampled_token_follows_the_models_tempered_distribution(make_model
     probs = torch.softmax(model(input_ids=prompt_ids).logits[0, -1] / temperature, -1)
     assert_frequencies_match(s.response_ids[:, 0], probs)
     assert s.response_ids.max() < VOCAB
+
+
+@pytest.mark.parametrize("make_model", [tiny_gpt2, tiny_llama])
+def test_a_row_samples_the_same_response_in_any_share_of_the_batch(make_model):
+    """With a stream per row, sampling a batch whole, in two shares, or one row at a time
+    gives each row the same response (what lets rollouts be sharded over processes)."""
+    model = make_model()
+    prompt_ids, prompt_mask = left_padded_prompts([3, 5, 2, 4, 6, 1, 3, 5])
+    streams = RowStreams(0, ("test",), list(range(8)))
+    whole = sample_responses(model, prompt_ids, prompt_mask, 12, 1.0, EOS, PAD, streams)
+    for shares in ([range(0, 4), range(4, 8)], [[i] for i in range(8)], [[5, 1, 7]]):
+        for rows in shares:
+            rows = list(rows)
+            part = sample_responses(model, prompt_ids[rows], prompt_mask[rows], 12, 1.0, EOS, PAD, streams.subset(rows))
+            for i, row in enumerate(rows):
+                n = int(whole.mask[row].sum())
+                assert torch.equal(part.response_ids[i, :n], whole.response_ids[row, :n])
+                assert torch.equal(part.mask[i].sum(), whole.mask[row].sum())
+
+
+def test_row_streams_depend_on_the_row_not_on_its_neighbours():
+    streams = RowStreams(0, ("test",), [0, 1, 2, 3])
+    whole = streams.rand((4, 5))
+    assert torch.equal(streams.subset([2, 0]).rand((2, 5)), whole[[2, 0]])
+    assert not torch.equal(RowStreams(1, ("test",), [0]).rand((1, 5)), whole[:1])
+    with pytest.raises(ValueError, match="3 rows drawn from 4 streams"):
+        RowStreams(0, ("test",), [0, 1, 2, 3]).rand((3, 5))
