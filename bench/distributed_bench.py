@@ -1,0 +1,98 @@
+"""Memory per process and time per PPO iteration under each strategy, at world size 1 and 2.
+
+    .venv/bin/python bench/distributed_bench.py     # writes the `distributed` section of docs/benchmarks.md
+
+Two sizes of random GPT-2 built from a config (bench/benchlib.py: the world's tokenizer,
+responses run to the 32-token limit, so equal work): the demo's (3 layers x 128) and one
+of at least 50M parameters (12 layers x 640). Each cell is fresh processes running
+bench/distributed_side.py: one process (single, 2 threads) or `torchrun
+--nproc_per_node=2` (ddp, fsdp2, fsdp2 with the frozen models sharded; 1 thread each), the
+demo's PPO settings (2 epochs x 4 minibatches) at the batch given, the mean of the
+iterations after a warm-up. On this 2-core CPU two processes share the two cores that one
+process uses alone, so the times say what the engines cost, not what a second GPU gains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchlib import random_models, replace_section
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTION = ("<!-- distributed:start -->", "<!-- distributed:end -->")
+SIZES = {"demo (3 x 128)": (3, 128, 4, 64, 3), "12 x 640": (12, 640, 10, 16, 2)}  # layers, embd, heads, batch, iters
+CELLS = {  # name: (processes, overrides)
+    "single": (1, ()),
+    "ddp": (2, ("distributed.strategy=ddp",)),
+    "fsdp2": (2, ("distributed.strategy=fsdp2",)),
+    "fsdp2, frozen sharded": (2, ("distributed.strategy=fsdp2", "distributed.shard_frozen=true")),
+}
+
+
+def run_cell(processes: int, lm: Path, rm: Path, prompts: Path, batch: int, iterations: int,
+             overrides: tuple[str, ...]) -> dict:
+    side = [str(ROOT / "bench" / "distributed_side.py"), "--model", str(lm), "--reward", str(rm), "--prompts",
+            str(prompts), "--batch-size", str(batch), "--iterations", str(iterations),
+            "--threads", str(2 // processes), *overrides]
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+                if processes > 1 else [sys.executable])
+    done = subprocess.run([*launcher, *side], capture_output=True, text=True, check=True,
+                          env=os.environ | {"OMP_NUM_THREADS": str(2 // processes)})
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def table(results: dict[str, dict[str, dict]]) -> str:
+    lines = [SECTION[0], "## Strategies: memory per process and time per PPO iteration", "",
+             "Command: `python bench/distributed_bench.py` (2-core CPU; gloo). Random GPT-2 built from a config, "
+             "32-token responses, 2 epochs x 4 minibatches; one process with 2 threads, or two processes with 1 "
+             "thread each sharing the same 2 cores. Held: what each process keeps of the policy's parameters, "
+             "gradients and Adam moments (its shards under FSDP2), and of the frozen reference and reward model. "
+             "Peak RSS: the process's resident memory at its highest (torch and Python included), after building "
+             "the PPO state and at the end of the run.", "",
+             "| model | strategy | processes | s / iteration | params MiB | grads MiB | Adam MiB | frozen MiB "
+             "| peak RSS after setup MiB | peak RSS MiB |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for size, cells in results.items():
+        for name, r in cells.items():
+            p = r["processes"][0]
+            others = r["processes"][1:]
+            rss = " / ".join(f"{q['peak_rss_mib']:.0f}" for q in r["processes"])
+            setup = " / ".join(f"{q['peak_rss_after_setup_mib']:.0f}" for q in r["processes"])
+            assert all(abs(q["params_mib"] - p["params_mib"]) < 1 for q in others)  # shares are even
+            lines.append(f"| {size}, {r['parameters'] / 1e6:.1f}M, batch {r['batch_size']} | {name} | {r['world']} "
+                         f"| {r['seconds_per_iteration']:.2f} | {p['params_mib']:.1f} | {p['grads_mib']:.1f} "
+                         f"| {p['adam_mib']:.1f} | {p['frozen_mib']:.1f} | {setup} | {rss} |")
+    lines += ["", "Peak RSS columns list every process (first / second).", SECTION[1]]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "distributed.json")
+    args = parser.parse_args()
+    from rlhflab.config import load_config
+
+    results: dict[str, dict[str, dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for size, (layers, embd, heads, batch, iterations) in SIZES.items():
+            config = load_config("demo", overrides=[f"pretrain.n_layer={layers}", f"pretrain.n_embd={embd}",
+                                                    f"pretrain.n_head={heads}"])
+            lm, rm, prompts = random_models(Path(tmp) / str(layers), config)
+            results[size] = {}
+            for name, (processes, overrides) in CELLS.items():
+                results[size][name] = run_cell(processes, lm, rm, prompts, batch, iterations, overrides)
+                print(size, name, json.dumps(results[size][name]), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    replace_section(args.doc, *SECTION, table(results))
+
+
+if __name__ == "__main__":
+    main()
