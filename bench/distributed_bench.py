@@ -68,7 +68,22 @@ def table(results: dict[str, dict[str, dict]]) -> str:
             lines.append(f"| {size}, {r['parameters'] / 1e6:.1f}M, batch {r['batch_size']} | {name} | {r['world']} "
                          f"| {r['seconds_per_iteration']:.2f} | {p['params_mib']:.1f} | {p['grads_mib']:.1f} "
                          f"| {p['adam_mib']:.1f} | {p['frozen_mib']:.1f} | {setup} | {rss} |")
-    lines += ["", "Peak RSS columns list every process (first / second).", SECTION[1]]
+    big = results[list(results)[-1]]
+    held = {name: sum(r["processes"][0][k] for k in ("params_mib", "grads_mib", "adam_mib", "frozen_mib"))
+            for name, r in big.items()}
+    seconds = {name: r["seconds_per_iteration"] for name, r in big.items()}
+    lines += ["", "Peak RSS columns list every process (first / second).", "",
+              f"At {list(results)[-1]}: what a process holds of the models falls from {held['ddp']:.0f} MiB under ddp "
+              f"to {held['fsdp2']:.0f} MiB under fsdp2 and {held['fsdp2, frozen sharded']:.0f} MiB with the frozen "
+              "models sharded too; the peak RSS does not fall with it on a CPU. FSDP2 allocates a block's full "
+              "parameters at every forward and backward (and the whole policy for a rollout) and frees them "
+              "after; glibc's allocator keeps freed memory mapped, so the resident high-water mark carries those "
+              "buffers, and loading a model whole before sharding it raises the setup peak of the frozen-sharded "
+              "cell. On a GPU the caching allocator's `torch.cuda.max_memory_allocated` is the measure. Time: two processes of one thread each share the cores one process of two "
+              f"threads uses, and gloo moves every gradient (ddp: {seconds['ddp'] / seconds['single']:.2f}x the "
+              f"single process's time) or every block's parameters and gradients (fsdp2: "
+              f"{seconds['fsdp2'] / seconds['single']:.2f}x) through memory on the same cores: these are the "
+              "engines' costs, not a speed-up a second device would give.", SECTION[1]]
     return "\n".join(lines) + "\n"
 
 

@@ -5,7 +5,7 @@ when the prompts come from the embedded world (`world` is None otherwise)."""
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import ContextManager
+from typing import Callable, ContextManager
 
 import torch
 
@@ -21,17 +21,18 @@ from rlhflab.seeding import RowStreams
 def evaluate_policy(
     lm, reference, reward, world, tokenizer, prompts: list[str], response_length: int,
     temperature: float, streams: RowStreams, batch_size: int = 256, cluster: Cluster = Cluster.single(),
-    full_weights: ContextManager | None = None,
+    full_weights: Callable[[], ContextManager] = nullcontext,
 ) -> dict[str, float]:
     """The held-out metrics of `lm`. Under several processes each samples and scores its
     share of every chunk of prompts; the per-prompt results are gathered, so every
-    process returns the same metrics. Prompt i draws from stream i at any chunking."""
+    process returns the same metrics. Prompt i draws from stream i at any chunking.
+    `full_weights()` makes every weight of `lm` present for a chunk's sampling (FSDP2)."""
     lm.eval()
     gold, proxy, kl, lengths, eos, texts = [], [], [], [], [], []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
         chunk_streams = streams.subset(list(range(start, start + len(chunk))))
-        with full_weights or nullcontext():
+        with full_weights():
             share = sample_share(sample_responses, lm, tokenizer, chunk, response_length, temperature, chunk_streams,
                                  cluster)
             s = share.samples

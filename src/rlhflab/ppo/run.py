@@ -60,7 +60,7 @@ def run_ppo(
         lm, state.reference, state.reward, task.world, state.tokenizer, task.eval_prompts,
         cfg.response_length, cfg.temperature,
         RowStreams(config.seed, ("eval-sampling",), list(range(len(task.eval_prompts)))),
-        cluster=cluster, full_weights=state.engine.full_weights(state.policy),
+        cluster=cluster, full_weights=lambda: state.engine.full_weights(state.policy),
     )
     checkpoint_dir = run.checkpoints / "ppo"
     if resume and has_checkpoint(checkpoint_dir):

@@ -49,12 +49,12 @@ class PPOState:
     components: PPOComponents = field(default_factory=PPOComponents)
     cluster: Cluster = field(default_factory=Cluster.single)
     engine: SingleEngine = field(default_factory=lambda: SingleEngine(DistributedConfig(), Cluster.single()))
-    trained: torch.nn.Module | None = None  # the policy as the engine trains it (DDP's wrapper); None: the policy
+    wrapper: torch.nn.Module | None = None  # the policy inside the engine's wrapper (DDP); None: no wrapper
 
     @property
-    def trainer(self) -> torch.nn.Module:
+    def trained(self) -> torch.nn.Module:
         """The module whose forward the update calls: where DDP and FSDP2 hook their communication."""
-        return self.policy if self.trained is None else self.trained
+        return self.policy if self.wrapper is None else self.wrapper
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,8 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
         index = cluster.shard(minibatch)
         mb = rollout.select(index)
         share = cluster.world * float(mb.mask.sum()) / float(rollout.mask[minibatch].sum())
-        logits, values = state.trainer(mb.input_ids, mb.attention_mask, mb.prompt_len, cfg.temperature,
-                                       c.response_logits)
+        logits, values = state.trained(mb.input_ids, mb.attention_mask, mb.prompt_len, cfg.temperature,
+                                      c.response_logits)
         logprobs = losses.logprobs_from_logits(logits, mb.response_ids)
         pg_loss, pg = c.policy_loss(logprobs, mb.logprobs, adv.advantages[index], mb.mask, cfg.clip_eps)
         vf_loss, vf = c.value_loss(values, mb.values, adv.returns[index], mb.mask, cfg.value_clip_eps)
