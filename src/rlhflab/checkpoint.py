@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,8 +61,10 @@ def save_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.op
         partial.mkdir(parents=True)
     cluster.barrier()
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(partial / WEIGHTS),
-             no_dist=not dist.is_initialized())
+    with warnings.catch_warnings():  # one process is how rlhflab runs outside torchrun, not a mistake to warn of
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(partial / WEIGHTS),
+                 no_dist=not dist.is_initialized())
     if cluster.is_main:
         state = {"next_step": resume.next_step, "metrics_lines": resume.metrics_lines,
                  "samples_lines": resume.samples_lines, "before": resume.before,
