@@ -17,6 +17,7 @@ import argparse
 import json
 import resource
 import time
+from pathlib import Path
 
 import torch
 
@@ -57,7 +58,7 @@ def main() -> None:
     cluster = Cluster.from_environment()
     config = with_strategy(load_config("demo", overrides=[f"ppo.batch_size={args.batch_size}", *args.overrides]),
                            cluster.world)
-    prompts = json.loads(open(args.prompts).read())[: args.batch_size]
+    prompts = json.loads(Path(args.prompts).read_text())[: args.batch_size]
     state = build_ppo_state(config, args.model, args.reward, load_tokenizer(args.model), PPOComponents(),
                             cluster.device, cluster)
     parameters = count_parameters(state.policy.lm)
