@@ -170,6 +170,11 @@ def render(rows: dict, args, seconds: float) -> str:
         "every healthy run has no finding, so a change could only come from the gold or a new finding.", "",
         f"- seed-only pairs called a change: {called} of {len(pairs)} = {called / max(1, len(pairs)):.0%} (95% Wilson "
         f"interval {low:.0%}-{high:.0%}); verdicts: {counts(pairs)}",
+        f"- of which among the pairs whose runs `WORLD_SEED_SPREAD` was fitted on (seeds 1000-1029): "
+        f"{sum(r['verdict'] != 'cannot tell' for r in pairs if r['pair'][1] < 1030)} of "
+        f"{sum(r['pair'][1] < 1030 for r in pairs)}; held out (seeds 1030 on): "
+        f"{sum(r['verdict'] != 'cannot tell' for r in pairs if r['pair'][1] >= 1030)} of "
+        f"{sum(r['pair'][1] >= 1030 for r in pairs)}",
         f"- `ppo.kl_coef` 0 -> 0.2, same seed: {counts(rows['kl_coef'])} (of {len(rows['kl_coef'])})",
         f"- `ppo.lr` 30x -> 1x, same seed: {counts(rows['lr'])} (of {len(rows['lr'])})",
         *world_line(rows.get("world_seed_spread")), "", *trl_table(rows.get("trl", [])), END])

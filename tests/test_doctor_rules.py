@@ -363,6 +363,18 @@ def test_ratio_max_fires_when_its_median_stays_high_not_on_single_spikes():
     assert_fires(table_of(records), "ratio_off", 30 + window(N) // 2, tolerance=1)
 
 
+@pytest.mark.parametrize("n", [40, 80])
+def test_ratio_mean_off_on_one_iteration_is_not_a_finding(n):
+    # A healthy 40-iteration run whose first iteration averaged 1.50 (one token's ratio of
+    # 538 among thousands) was called ratio_off when a trailing mean carried that value.
+    spiky = healthy_records(15, n=n)
+    spiky[0]["policy/ratio_mean"] = 1.6
+    spiky[n // 2]["policy/ratio_mean"] = 1.9
+    assert "ratio_off" not in fired(table_of(spiky))
+    records = modify(healthy_records(15, n=n), n // 3, policy__ratio_mean=lambda k, old: 1.6)
+    assert "ratio_off" in fired(table_of(records))
+
+
 def test_rolling_median_ignores_one_outlier_per_window():
     assert rolling_median([1, 100, 2, 3, 4], 3) == [2, 3, 3]
     assert rolling_median([5.0], 3) == []

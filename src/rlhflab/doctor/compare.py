@@ -30,10 +30,10 @@ Verdict = Literal["fixed", "partly fixed", "not fixed", "worse", "cannot tell"]
 EXIT_CODES: dict[str, int] = {"fixed": 0, "not fixed": 1, "worse": 1, "partly fixed": 3, "cannot tell": 3}
 SERIOUS = ("high", "medium")
 WORLD_SEED_SPREAD = Threshold(
-    "WORLD_SEED_SPREAD", 0.028,
-    "standard deviation of the last quarter's mean gold over the three healthy demo seeds of the reviews world "
-    "(0.438, 0.445, 0.489; the faults bench's healthy runs, trained 2026-12-05; printed by bench/compare_bench.py): "
-    "three seeds, so a rough figure")
+    "WORLD_SEED_SPREAD", 0.023,
+    "standard deviation of the last quarter's mean gold over 30 healthy PPO reruns of the reviews world (seeds "
+    "1000-1029 of bench/compare_bench.py, 40 iterations from the demo's stages 1-2), fitted on the first 15 of its "
+    "seed-only pairs and checked on the other 15; the three healthy demo seeds of the faults bench give 0.020")
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 

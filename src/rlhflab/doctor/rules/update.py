@@ -86,12 +86,17 @@ def ratio_off(table: MetricTable) -> Detection | None:
     """The policy/old ratio far from 1 on average, or exploding on some token."""
     mean_ratio = table.get("policy/ratio_mean")
     low, high = RATIO_LOW.value, RATIO_HIGH.value
-    onset = first_where(smooth(mean_ratio.values, window(len(mean_ratio))), lambda v: not low <= v <= high,
-                        persistence(len(mean_ratio)))
+    # A median over complete windows, as for ratio_max below: one iteration's mean can be
+    # pulled far off by a single token's ratio (538 on a healthy run's first iteration),
+    # and a trailing mean would carry that one value over the whole window.
+    width = window(len(mean_ratio))
+    off = first_where(rolling_median(mean_ratio.values, width), lambda v: not low <= v <= high,
+                      persistence(len(mean_ratio)))
+    onset = off + width - 1 if off is not None else None
     found = []
     if onset is not None:
-        found.append(evidence("policy/ratio_mean", mean_ratio, onset, f"smoothed ratio outside [{low}, {high}]",
-                              RATIO_LOW.source))
+        found.append(evidence("policy/ratio_mean", mean_ratio, onset, f"median ratio over {width} iterations outside "
+                              f"[{low}, {high}], persistently", RATIO_LOW.source))
     top = table.get("policy/ratio_max")
     top_onset = None
     if top is not None:
