@@ -50,6 +50,8 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/demo_levers.py --seed 0
 	$(PY) bench/compare_trl.py --repeats 3 --iterations 3
 	$(PY) bench/scaling.py
+	$(PY) bench/distributed_bench.py
+	$(PY) bench/lora_bench.py
 	$(PY) bench/ppo_levers.py --repeats 3
 	$(PY) bench/decoder_step.py
 	$(PY) bench/token_draw.py

@@ -7,8 +7,9 @@ processes torchrun started (or one process), on random models from bench/benchli
 The first process prints one JSON object: seconds per iteration (the mean after one
 warm-up), and for every process its peak resident memory (ru_maxrss) after building the
 PPO state and at the end, and the bytes of trained state it holds: its parameters,
-gradients and Adam moments (under FSDP2 its shards only), plus the frozen reference and
-reward model's parameters it holds.
+gradients and Adam moments (under FSDP2 its shards only; under LoRA the trainable ones are
+the adapters and the value head), plus the frozen reference and reward model's parameters
+it holds (under LoRA the reference has none of its own).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def main() -> None:
     trained = list(state.policy.parameters())
     held = {
         "params_mib": local_bytes(trained) / 2**20,
+        "trainable_mib": local_bytes(p for p in trained if p.requires_grad) / 2**20,
         "grads_mib": local_bytes(p.grad for p in trained if p.grad is not None) / 2**20,
         "adam_mib": local_bytes(v for slots in state.optimizer.state.values() for v in slots.values()
                                 if torch.is_tensor(v) and v.dim() > 0) / 2**20,

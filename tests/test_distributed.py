@@ -43,7 +43,7 @@ def test_the_strategy_a_run_uses_and_records(requested, world, used):
 
 
 def test_fsdp2_shards_each_transformer_block():
-    from rlhflab.engines import repeated_blocks
+    from rlhflab.models.blocks import repeated_blocks
     from test_models import tiny_gpt2, tiny_llama
 
     gpt2, llama = tiny_gpt2(), tiny_llama()

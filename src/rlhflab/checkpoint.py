@@ -6,7 +6,8 @@ name and then renamed over the previous one (by the first process, after every p
 has written its part), so a crash at any instant leaves either the old checkpoint or the
 new one, never a mix. It holds what the next iteration reads:
 
-    weights/       DCP: the policy with its value head and Adam's moments and step
+    weights/       DCP: the policy's trained parameters (under LoRA its adapters) with its
+                   value head, and Adam's moments and step
                    counts, under the models' own parameter names (no DDP or FSDP
                    prefix); each process writes the shards it holds (FSDP2) or the first
                    writes the replicated tensors (single, DDP). Loading reshards them for
@@ -33,7 +34,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from rlhflab.distributed import Cluster
 
@@ -60,7 +61,7 @@ def save_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.op
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
     cluster.barrier()
-    model_state, optimizer_state = get_state_dict(model, optimizer)
+    model_state, optimizer_state = get_state_dict(model, optimizer, options=_options(model))
     with warnings.catch_warnings():  # one process is how rlhflab runs outside torchrun, not a mistake to warn of
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(partial / WEIGHTS),
@@ -78,6 +79,14 @@ def save_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.op
     cluster.barrier()
 
 
+def _options(model: torch.nn.Module) -> StateDictOptions:
+    """Trained parameters only: under LoRA the frozen base is the run's starting model, read
+    from its directory, so a checkpoint holds the adapters, the value head and their Adam
+    moments (strict loading would ask for the frozen weights too)."""
+    frozen = any(not p.requires_grad for p in model.parameters())
+    return StateDictOptions(ignore_frozen_params=frozen, strict=not frozen)
+
+
 def has_checkpoint(directory: Path) -> bool:
     return (Path(directory) / STATE_FILE).is_file() and (Path(directory) / WEIGHTS).is_dir()
 
@@ -91,10 +100,12 @@ def load_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.op
     # DCP loads only what the template names; get_state_dict makes an empty optimiser's
     # moments to name them (a zero-gradient step at lr 0), which it skips if any gradient is set.
     optimizer.zero_grad(set_to_none=True)
-    model_state, optimizer_state = get_state_dict(model, optimizer)  # the shapes and shards to load into
+    options = _options(model)
+    model_state, optimizer_state = get_state_dict(model, optimizer, options=options)  # what to load, and where
     loaded = {"model": model_state, "optimizer": optimizer_state}
     dcp.load(loaded, checkpoint_id=str(directory / WEIGHTS), no_dist=not dist.is_initialized())
-    set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optimizer"])
+    set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optimizer"],
+                   options=options)
     controller.load_state_dict(state["kl_controller"])
     return ResumePoint(state["next_step"], state["metrics_lines"], state["samples_lines"], state["before"])
 

@@ -134,15 +134,18 @@ def _require(path: Path, what: str) -> None:
 
 
 def _resume_config(run: Path, overrides, config_file, fault) -> PipelineConfig:
-    """A resumed run is the same run: its own config, nothing changed."""
-    if overrides or config_file or fault:
-        console.print("[red]error:[/red] --resume continues a run with its own config; overrides, --config and "
-                      "--fault would make it another run (use `rlhflab verify` to rerun with a change)")
+    """A resumed run is the same run: its own config, nothing changed but where it runs
+    (`distributed.*` keys spread the same run over other processes)."""
+    placement = [o for o in overrides or [] if o.strip().startswith("distributed.")]
+    if [o for o in overrides or [] if o not in placement] or config_file or fault:
+        console.print("[red]error:[/red] --resume continues a run with its own config; overrides other than "
+                      "distributed.*, --config and --fault would make it another run (use `rlhflab verify` to rerun "
+                      "with a change)")
         raise typer.Exit(2)
     if not (run / "config.toml").is_file():
         console.print(f"[red]error:[/red] {run}/config.toml not found: is {run} an rlhflab run directory?")
         raise typer.Exit(2)
-    return _stage_config(run, "demo", None, None)
+    return _stage_config(run, "demo", None, placement or None)
 
 
 @contextmanager

@@ -204,6 +204,35 @@ class DistributedConfig:
 
 
 @dataclass(frozen=True)
+class LoRAConfig:
+    """Low-rank adapters (Hu et al. 2021) through peft for the PPO policy (docs/own_models.md)."""
+
+    rank: int = 0
+    """r of every adapter; 0 fine-tunes every weight. Under LoRA the reference is the policy with its adapters
+    switched off (no second copy), the value head shares the adapted trunk, and the saved policy is a merged HF
+    directory with the peft adapter in its `adapter/`."""
+    alpha: float = 16.0
+    """lora_alpha: the adapters' update is scaled by alpha / rank."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input (PPO keeps the policy in eval mode, where it is off)."""
+    target_modules: str = ""
+    """Comma-separated names of the modules to adapt (e.g. q_proj,k_proj,v_proj,o_proj); empty: peft's default
+    for the architecture (GPT-2: c_attn; Llama: q_proj,v_proj)."""
+
+
+@dataclass(frozen=True)
+class ComputeConfig:
+    """Memory savers of the trained models' forwards and backwards."""
+
+    bf16: Literal["auto", "on", "off"] = "auto"
+    """Forwards under bf16 autocast (logits upcast to fp32 before any logprob or loss; weights and Adam's moments
+    fp32). auto: on for CUDA devices, off on the CPU."""
+    activation_checkpointing: Literal["auto", "on", "off"] = "auto"
+    """Recompute each transformer block's activations in the backward instead of keeping them. auto: on for CUDA
+    devices, off on the CPU. Generation never runs under it (it runs without gradients, in eval mode)."""
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     """All three stages on the embedded `reviews` world."""
 
@@ -217,9 +246,11 @@ class PipelineConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     data: DataConfig = field(default_factory=DataConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
 
 
-SECTIONS = ("world", "pretrain", "reward", "ppo", "data", "distributed")
+SECTIONS = ("world", "pretrain", "reward", "ppo", "data", "distributed", "lora", "compute")
 # Config keys naming a file or directory that must exist, and which.
 _PATHS = {"data.model": "dir", "data.sft": "file", "data.preferences": "file", "data.reward_base": "dir",
           "data.prompts": "file", "data.policy": "dir", "data.reward_model": "dir"}
@@ -274,6 +305,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "ppo.lam": (0.0, 1.0),
     "ppo.temperature": (1e-3, 100.0),
     "pretrain.dropout": (0.0, 0.9),
+    "lora.dropout": (0.0, 0.9),
     "data.heldout_fraction": (0.0, 0.5),
 }
 _POSITIVE = {
@@ -284,7 +316,7 @@ _POSITIVE = {
     "reward.batch_size", "reward.response_length", "reward.responses_per_prompt", "reward.sample_temperature",
     "ppo.iterations", "ppo.batch_size", "ppo.response_length", "ppo.epochs",
     "ppo.minibatches", "ppo.lr", "ppo.kl_target", "ppo.kl_horizon", "ppo.eval_prompts", "ppo.doctor_every",
-    "ppo.max_nonfinite_iterations",
+    "ppo.max_nonfinite_iterations", "lora.alpha",
 }
 
 

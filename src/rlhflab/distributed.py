@@ -14,6 +14,7 @@ returns its input.
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 
@@ -23,6 +24,11 @@ from accelerate import PartialState
 from torch import Tensor
 
 SUPPORTED_DEVICE_TYPES = ("cpu", "cuda")
+
+
+def _leave_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def default_device() -> torch.device:
@@ -54,6 +60,9 @@ class Cluster:
         default_device()  # on GPUs accelerate sets this process's device and joins the NCCL group
         if not dist.is_initialized():  # on CPUs accelerate leaves a torchrun process alone
             dist.init_process_group("gloo")
+        # A process that exits with its group still open can abort in the backend's teardown
+        # ("terminate called without an active exception") while the others finish.
+        atexit.register(_leave_group)
         return Cluster(dist.get_rank(), dist.get_world_size())
 
     @property

@@ -25,6 +25,7 @@ from torch import nn
 
 from rlhflab.config import DistributedConfig, PipelineConfig
 from rlhflab.distributed import Cluster
+from rlhflab.models.blocks import repeated_blocks
 
 
 def resolve_strategy(requested: str | None, world: int) -> str:
@@ -40,17 +41,6 @@ def with_strategy(config: PipelineConfig, world: int) -> PipelineConfig:
     """`config` with the strategy it runs under at `world` processes written in."""
     strategy = resolve_strategy(config.distributed.strategy, world)
     return replace(config, distributed=replace(config.distributed, strategy=strategy))
-
-
-def repeated_blocks(module: nn.Module) -> list[nn.Module]:
-    """The transformer blocks: the members of every ModuleList of two or more modules of
-    one class (GPT-2's `transformer.h`, Llama's `model.layers`). FSDP2 shards each one
-    on its own, so only one block's full parameters exist at a time."""
-    blocks = []
-    for child in module.modules():
-        if isinstance(child, nn.ModuleList) and len(child) > 1 and len({type(m) for m in child}) == 1:
-            blocks.extend(child)
-    return blocks
 
 
 def clip_grad_norm(parameters, max_norm: float) -> torch.Tensor:

@@ -29,6 +29,7 @@ def main() -> None:
     mask = cluster.gather_rows(share.samples.mask, n)
     if cluster.is_main:
         torch.save({"ids": ids, "mask": mask}, out)
+    cluster.barrier()
 
 
 if __name__ == "__main__":

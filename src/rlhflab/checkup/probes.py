@@ -29,6 +29,7 @@ from rlhflab.checkup.states import START, StateName, moved_state
 from rlhflab.config import PipelineConfig
 from rlhflab.distributed import default_device
 from rlhflab.doctor.findings import Component
+from rlhflab.models.precision import use_bf16
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.trainer import load_ppo_state
 from rlhflab.runs import RunDir, write_json
@@ -260,6 +261,7 @@ def run_checkup(config: PipelineConfig, run: RunDir, components: PPOComponents =
     held-out share of `data.preferences`, or on fresh labelled world samples.
     `trainer=False` checks models for another trainer: the probes of rlhflab's PPO code
     are listed as not run."""
+    use_bf16(config.compute.bf16)  # the run's precision, whose tolerances the probes apply
     state = load_ppo_state(config, run, components, default_device())
     starting = policy_dir(config, run)
     context = context_length(starting, config)

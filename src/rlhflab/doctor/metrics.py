@@ -39,6 +39,7 @@ EXTRA_METRICS: dict[str, Unit] = {
     "reward/score_mean": "value", "reward/length_corr": "value", "response/identical_frac": "fraction",
     "prompts/unique_frac": "fraction", "time/score_s": "seconds", "time/advantages_s": "seconds",
     "guard/skipped_updates": "count", "epoch": "value", "policy/ratio_first": "value",
+    "memory/peak_gib": "value",  # GiB: the largest CUDA allocation of any process so far
 }
 REWARD_METRICS: dict[str, Unit] = {
     "rm/train_loss": "value", "rm/train_acc": "fraction", "rm/val_acc": "fraction",

@@ -109,6 +109,13 @@ def sample_responses(
     return Samples(response_ids, mask, logprobs, has_eos)
 
 
+def device_of(model: torch.nn.Module) -> torch.device:
+    """Where a model computes: its parameters' device, or the `device` a parameterless view
+    of another model names (`models.lora.AdaptersOff`)."""
+    first = next(model.parameters(), None)
+    return first.device if first is not None else model.device
+
+
 def widen(samples: Samples, width: int, pad_id: int) -> Samples:
     """`samples` right-padded to `width` response positions (masked, logprob 0)."""
     extra = width - samples.response_ids.shape[1]
@@ -137,7 +144,7 @@ def sample_share(sample, lm: torch.nn.Module, tokenizer, prompts: list[str], res
     several processes each row draws from its own stream (`RowStreams`)."""
     rows = cluster.shard(torch.arange(len(prompts)))
     ids, mask = encode_prompts(tokenizer, prompts)
-    device = next(lm.parameters()).device
+    device = device_of(lm)
     ids, mask = ids[rows].to(device), mask[rows].to(device)
     if isinstance(generator, RowStreams):
         generator = generator.subset(rows.tolist())

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from rlhflab.models.forward import response_logits
 from rlhflab.models.lm import save_pretrained
+from rlhflab.models.lora import is_adapted, save_adapted
 from rlhflab.runs import atomic_dir
 
 VALUE_HEAD_FILE = "value_head.safetensors"
@@ -44,8 +45,12 @@ class PolicyWithValue(nn.Module):
         """An HF directory of the LM, with the value head beside it; from `state_dict` (this
         module's full weights, e.g. gathered from FSDP2's shards) when given."""
         state = self.state_dict() if state_dict is None else state_dict
+        lm_state = {k.removeprefix("lm."): v for k, v in state.items() if k.startswith("lm.")}
         with atomic_dir(Path(out_dir)) as tmp:
-            save_pretrained(self.lm, tmp, {k.removeprefix("lm."): v for k, v in state.items() if k.startswith("lm.")})
+            if is_adapted(self.lm):  # merged HF weights, and the peft adapter in adapter/
+                save_adapted(self.lm, lm_state, tmp)
+            else:
+                save_pretrained(self.lm, tmp, lm_state)
             if tokenizer is not None:
                 tokenizer.save_pretrained(str(tmp))
             head = {k.removeprefix("value_head."): v.contiguous() for k, v in state.items() if k.startswith("value_head.")}

@@ -15,6 +15,7 @@ from torch import Tensor
 from rlhflab.config import PPOConfig
 from rlhflab.models.forward import response_logits
 from rlhflab.models.lm import load_causal_lm
+from rlhflab.models.lora import AdaptersOff, is_adapted
 from rlhflab.models.reward_model import score_sequences
 from rlhflab.models.sampling import sample_responses
 from rlhflab.ppo import advantages, losses
@@ -29,7 +30,10 @@ def kl_controller_from_config(config: PPOConfig) -> KLController:
 
 
 def load_reference(stage1_dir: Path, policy_lm: torch.nn.Module) -> torch.nn.Module:
-    """A separate, frozen copy of the stage-1 model (shares nothing with the policy)."""
+    """A separate, frozen copy of the stage-1 model (shares nothing with the policy); under
+    LoRA, the policy with its adapters off, whose frozen base is the stage-1 model."""
+    if is_adapted(policy_lm):
+        return AdaptersOff(policy_lm)
     return load_causal_lm(stage1_dir).eval().requires_grad_(False)
 
 

@@ -39,7 +39,7 @@ def evaluate_policy(
             ids, mask = join_prompt_response(share.prompt_ids, share.prompt_mask, s.response_ids, s.mask)
             P = share.prompt_ids.shape[1]
             policy_lp = response_logprobs(lm, ids, mask, P, temperature)
-        ref_lp = response_logprobs(reference, ids, mask, P, temperature)
+            ref_lp = response_logprobs(reference, ids, mask, P, temperature)  # under LoRA, the policy's weights
         responses = decode_responses(tokenizer, s.response_ids, s.mask)
         local_chunk = [chunk[i] for i in share.rows.tolist()]
         rows = {

@@ -134,7 +134,9 @@ def make_rollout(
     full_weights = engine.full_weights(policy) if engine is not None else nullcontext()
     start = time.perf_counter()
     policy.eval()
-    with full_weights:  # FSDP2 gathers the policy once for the whole rollout
+    # FSDP2 gathers the policy once for the whole rollout (under LoRA the reference is the
+    # policy with its adapters off, so its forward needs the policy's weights too).
+    with full_weights:
         share = sample_share(c.sample, policy.lm, tokenizer, prompts, response_length, temperature, generator,
                              cluster)
         samples = share.samples
@@ -147,8 +149,8 @@ def make_rollout(
         with c.rollout_mode(policy):
             logits, values = policy(input_ids, attention_mask, P, temperature, c.response_logits)
         policy.eval()
+        ref_logprobs = response_logprobs(reference, input_ids, attention_mask, P, temperature, c.response_logits)
     logprobs = logprobs_from_logits(logits, samples.response_ids)
-    ref_logprobs = response_logprobs(reference, input_ids, attention_mask, P, temperature, c.response_logits)
     proxy, scores = reward(input_ids, attention_mask, samples.has_eos)
     zero = ~mask
     local = {

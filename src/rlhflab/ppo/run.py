@@ -25,6 +25,7 @@ from rlhflab.doctor.diagnose import diagnose, write_diagnosis
 from rlhflab.doctor.formats.rlhflab import FORMAT as RLHFLAB_FORMAT
 from rlhflab.doctor.formats.rlhflab import reward_train_max, settings_from_config
 from rlhflab.doctor.formats.spec import RawLog, UserMapping, build_table
+from rlhflab.models.precision import use_bf16
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.evaluation import evaluate_policy
 from rlhflab.ppo.rollout import Rollout
@@ -52,6 +53,7 @@ def run_ppo(
     and logged again, so the metrics file has every step once. Under torchrun only the
     first process writes files; every process runs the same loop (distributed.py)."""
     cfg = config.ppo
+    use_bf16(config.compute.bf16)
     state = load_ppo_state(config, run, components, cluster.device, cluster)
     writer = cluster.is_main
     show_progress = show_progress and writer

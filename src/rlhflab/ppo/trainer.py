@@ -22,7 +22,9 @@ from rlhflab.distributed import Cluster
 from rlhflab.engines import SingleEngine, clip_grad_norm, make_engine
 from rlhflab.metrics.diversity import distinct_n, identical_fraction, self_bleu
 from rlhflab.metrics.stats import explained_variance, masked_mean, masked_var, pearson
+from rlhflab.models.blocks import checkpoint_blocks, resolve
 from rlhflab.models.lm import load_causal_lm, load_tokenizer
+from rlhflab.models.lora import with_adapters
 from rlhflab.models.optim import adam
 from rlhflab.models.reward_model import load_reward_model, load_reward_tokenizer, reward_normalizer
 from rlhflab.models.value_head import PolicyWithValue
@@ -160,6 +162,9 @@ def ppo_iteration(state: PPOState, prompts: list[str], seed: int, step: int) -> 
         "time/advantages_s": timings["advantages"],
         "time/train_s": timings["update"],
     }
+    device = next(state.policy.parameters()).device
+    if device.type == "cuda":
+        metrics["memory/peak_gib"] = state.cluster.max(torch.cuda.max_memory_allocated(device) / 2**30)
     return rollout, metrics
 
 
@@ -209,7 +214,12 @@ def build_ppo_state(config: PipelineConfig, policy_dir: Path, reward_dir: Path, 
     cfg = config.ppo
     engine = make_engine(config.distributed, cluster)
     torch.manual_seed(derive_seed(config.seed, "ppo-init"))
-    policy = PolicyWithValue(load_causal_lm(policy_dir)).to(device)
+    lm = load_causal_lm(policy_dir)
+    if config.lora.rank:
+        lm = with_adapters(lm, config.lora)
+    policy = PolicyWithValue(lm).to(device)
+    if resolve(config.compute.activation_checkpointing, device.type):
+        checkpoint_blocks(policy)
     reference = components.make_reference(policy_dir, policy.lm).to(device)
     if not shares_parameters(reference, policy):  # a fault may make the policy its own reference
         reference = engine.frozen(reference)
@@ -219,7 +229,7 @@ def build_ppo_state(config: PipelineConfig, policy_dir: Path, reward_dir: Path, 
     reward = RewardFunction(reward_model, mean, std, cfg.normalize_reward, cfg.missing_eos_penalty,
                             components.score, components.reward_transform, encode)
     trained = engine.trained(policy)
-    optimizer = adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
+    optimizer = adam([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, eps=1e-5)
     return PPOState(cfg, policy, reference, reward, tokenizer, optimizer, components.make_kl_controller(cfg), components,
                     cluster, engine, None if trained is policy else trained)
 

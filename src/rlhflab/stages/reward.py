@@ -19,8 +19,10 @@ from rlhflab.data.files import PreferenceRecord
 from rlhflab.distributed import Cluster
 from rlhflab.engines import clip_grad_norm, make_engine
 from rlhflab.metrics.stats import pearson
+from rlhflab.models.blocks import checkpoint_blocks, resolve
 from rlhflab.models.bradley_terry import bt_loss
 from rlhflab.models.lm import load_causal_lm, load_tokenizer, save_pretrained
+from rlhflab.models.precision import use_bf16
 from rlhflab.models.reward_model import reward_model_from_lm, score_sequences
 from rlhflab.models.sampling import sample_responses, sample_share
 from rlhflab.progress import progress_bar
@@ -234,6 +236,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
     only the first writes files."""
     cfg = config.reward
     start = time.perf_counter()
+    use_bf16(config.compute.bf16)
     base = reward_base_dir(config, run)
     tokenizer = load_tokenizer(base)
     if config.data.preferences:
@@ -245,6 +248,8 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
 
     torch.manual_seed(derive_seed(config.seed, "rm-init"))
     model = reward_model_from_lm(base).to(cluster.device)
+    if resolve(config.compute.activation_checkpointing, cluster.device.type):
+        checkpoint_blocks(model)
     engine = make_engine(config.distributed, cluster)
     # Through one module's forward, where DDP and FSDP2 hook their communication (the score
     # is read from the trunk and the head, not the model's own forward).

@@ -1,0 +1,74 @@
+"""Low-rank adapters on the policy through peft (Hu et al. 2021, "LoRA: Low-Rank
+Adaptation of Large Language Models", eq. 3: W x + (alpha / r) B A x, with B = 0 at the
+start, so the adapted model begins as the base model).
+
+peft rather than adapters of our own: it is what users' checkpoints are saved with
+(adapter_config.json + adapter_model.safetensors load in any peft-aware tool), it knows
+each architecture's target modules, and its layers are plain modules that DDP and FSDP2
+wrap like any other. Under LoRA the frozen reference is the policy with its adapters
+switched off (`AdaptersOff`), so the base weights exist once in memory.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from torch import nn
+from transformers import AutoModelForCausalLM
+
+from rlhflab.config import LoRAConfig
+
+ADAPTER_DIR = "adapter"  # the peft directory inside a saved merged policy
+
+
+def with_adapters(lm: nn.Module, config: LoRAConfig) -> PeftModel:
+    """`lm` with LoRA adapters of `config` (only the adapters train)."""
+    targets = [name.strip() for name in config.target_modules.split(",") if name.strip()] or None
+    peft_config = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
+                             target_modules=targets, bias="none", task_type="CAUSAL_LM")
+    return get_peft_model(lm, peft_config)
+
+
+def is_adapted(lm: nn.Module) -> bool:
+    return isinstance(lm, PeftModel)
+
+
+class AdaptersOff(nn.Module):
+    """The adapted policy's base model: its forward with the adapters switched off. It
+    holds no parameters of its own (the base weights are the policy's, frozen), so it
+    cannot be trained, moved or sharded apart from the policy."""
+
+    def __init__(self, adapted: PeftModel) -> None:
+        super().__init__()
+        self.__dict__["adapted"] = adapted  # not a submodule: its parameters are the policy's
+
+    @property
+    def config(self):
+        return self.adapted.config
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.adapted.parameters()).device
+
+    def forward(self, *args, **kwargs):
+        with self.adapted.disable_adapter():
+            return self.adapted(*args, **kwargs)
+
+
+def save_adapted(adapted: PeftModel, state: dict[str, torch.Tensor], out: Path) -> None:
+    """`out`: the adapted model merged into plain HF weights (what any tool loads), with
+    the peft adapter alone in `out/adapter/`. `state` is the adapted model's full state
+    dict (gathered from shards when it is sharded); the merge runs on a fresh copy built
+    from the model's config, so a sharded or wrapped model is never changed."""
+    base = AutoModelForCausalLM.from_config(copy.deepcopy(adapted.base_model.model.config))
+    fresh = get_peft_model(base, copy.deepcopy(adapted.peft_config["default"]))
+    missing, unexpected = fresh.load_state_dict(state, strict=False)
+    tied = {key for key in missing if key.endswith("lm_head.weight")}  # tied to the embeddings, stored once
+    if set(missing) - tied or unexpected:
+        raise ValueError(f"adapted state does not fit its model: missing {sorted(set(missing) - tied)[:5]}, "
+                         f"unexpected {sorted(unexpected)[:5]}")
+    fresh.save_pretrained(str(Path(out) / ADAPTER_DIR))
+    fresh.merge_and_unload().save_pretrained(str(out))
