@@ -179,3 +179,29 @@ def test_lora_under_two_processes_follows_one(strategy, lora_run, smoke_run, tmp
     for key in ("reward/proxy_mean", "policy/loss", "value/loss", "policy/grad_norm", "policy/approxkl"):
         assert close(one[0][key], two[0][key]), (key, one[0][key], two[0][key])
     assert (run.stage3_policy / ADAPTER_DIR / "adapter_model.safetensors").is_file()
+
+
+def test_a_reward_model_trained_through_adapters_is_saved_merged(smoke_run, tmp_path):
+    """Second path: the saved (merged) model's scores on the training comparisons against the
+    score mean the adapted model recorded in its config."""
+    from rlhflab.models.lm import load_tokenizer
+    from rlhflab.models.reward_model import load_reward_model
+    from rlhflab.stages.reward import group_scores, run_reward, world_comparisons
+
+    run = RunDir(tmp_path / "rm").create()
+    shutil.copytree(smoke_run.stage1_lm, run.stage1_lm)
+    config = load_config("smoke", overrides=["lora.rank=8", "lora.alpha=16", "lora.reward_model=true",
+                                             "reward.pairs=2400", "reward.val_pairs=300", "reward.gold_pairs=300",
+                                             "reward.lr=5e-3"])
+    result = run_reward(config, run, show_progress=False)
+    merged = load_reward_model(run.stage2_rm).eval()
+    weights = merged.state_dict()
+    assert not any("lora" in key for key in weights)
+    stage1 = load_causal_lm(smoke_run.stage1_lm).state_dict()
+    # The adapted projections moved; the others are the stage-1 trunk's.
+    assert not torch.equal(weights["transformer.h.0.attn.c_attn.weight"], stage1["transformer.h.0.attn.c_attn.weight"])
+    assert torch.equal(weights["transformer.h.0.mlp.c_fc.weight"], stage1["transformer.h.0.mlp.c_fc.weight"])
+    train, _, _ = world_comparisons(config, run, load_tokenizer(run.stage1_lm), torch.device("cpu"))
+    scores = group_scores(merged, train).flatten()
+    assert abs(float(scores.mean()) - result.reward_mean) < 1e-3 * max(1.0, abs(result.reward_mean))
+    assert result.train_loss < 0.69  # it learned: below ln 2, the loss of a constant score

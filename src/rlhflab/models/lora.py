@@ -17,19 +17,40 @@ from pathlib import Path
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from torch import nn
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from rlhflab.config import LoRAConfig
 
 ADAPTER_DIR = "adapter"  # the peft directory inside a saved merged policy
 
 
+def _lora_config(config: LoRAConfig, task_type: str | None) -> LoraConfig:
+    targets = [name.strip() for name in config.target_modules.split(",") if name.strip()] or None
+    return LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout, target_modules=targets,
+                      bias="none", task_type=task_type)
+
+
 def with_adapters(lm: nn.Module, config: LoRAConfig) -> PeftModel:
     """`lm` with LoRA adapters of `config` (only the adapters train)."""
-    targets = [name.strip() for name in config.target_modules.split(",") if name.strip()] or None
-    peft_config = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
-                             target_modules=targets, bias="none", task_type="CAUSAL_LM")
-    return get_peft_model(lm, peft_config)
+    return get_peft_model(lm, _lora_config(config, "CAUSAL_LM"))
+
+
+def with_trunk_adapters(classifier: PreTrainedModel, config: LoRAConfig) -> PreTrainedModel:
+    """A sequence classifier whose trunk (its `base_model`) carries LoRA adapters: the trunk's
+    weights freeze, its adapters and the classifier's head train. The trunk stays where the
+    classifier keeps it, so `score_sequences` reads it as before."""
+    prefix = classifier.base_model_prefix
+    setattr(classifier, prefix, get_peft_model(getattr(classifier, prefix), _lora_config(config, None)))
+    return classifier
+
+
+def merge_trunk(classifier: PreTrainedModel) -> PreTrainedModel:
+    """The classifier with its trunk's adapters merged into plain weights."""
+    prefix = classifier.base_model_prefix
+    trunk = getattr(classifier, prefix)
+    if is_adapted(trunk):
+        setattr(classifier, prefix, trunk.merge_and_unload())
+    return classifier
 
 
 def is_adapted(lm: nn.Module) -> bool:
@@ -58,6 +79,28 @@ class AdaptersOff(nn.Module):
             return self.adapted(*args, **kwargs)
 
 
+def _load_adapted_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = {key for key in missing if key.endswith("lm_head.weight")}  # tied to the embeddings, stored once
+    if set(missing) - tied or unexpected:
+        raise ValueError(f"adapted state does not fit its model: missing {sorted(set(missing) - tied)[:5]}, "
+                         f"unexpected {sorted(unexpected)[:5]}")
+
+
+def save_merged_classifier(adapted: PreTrainedModel, base_dir: Path, config: LoRAConfig,
+                           state: dict[str, torch.Tensor], out: Path) -> None:
+    """A reward model trained through trunk adapters, saved as a plain classifier: a fresh
+    copy from `base_dir` with the same adapters, loaded with `state` (the full weights,
+    gathered when sharded), merged; its config (with the score statistics) is `adapted`'s."""
+    from rlhflab.models.reward_model import reward_model_from_lm
+
+    fresh = with_trunk_adapters(reward_model_from_lm(base_dir), config)
+    _load_adapted_state(fresh, state)
+    merged = merge_trunk(fresh)
+    merged.config = copy.deepcopy(adapted.config)
+    merged.save_pretrained(str(out))
+
+
 def save_adapted(adapted: PeftModel, state: dict[str, torch.Tensor], out: Path) -> None:
     """`out`: the adapted model merged into plain HF weights (what any tool loads), with
     the peft adapter alone in `out/adapter/`. `state` is the adapted model's full state
@@ -65,10 +108,6 @@ def save_adapted(adapted: PeftModel, state: dict[str, torch.Tensor], out: Path) 
     from the model's config, so a sharded or wrapped model is never changed."""
     base = AutoModelForCausalLM.from_config(copy.deepcopy(adapted.base_model.model.config))
     fresh = get_peft_model(base, copy.deepcopy(adapted.peft_config["default"]))
-    missing, unexpected = fresh.load_state_dict(state, strict=False)
-    tied = {key for key in missing if key.endswith("lm_head.weight")}  # tied to the embeddings, stored once
-    if set(missing) - tied or unexpected:
-        raise ValueError(f"adapted state does not fit its model: missing {sorted(set(missing) - tied)[:5]}, "
-                         f"unexpected {sorted(unexpected)[:5]}")
+    _load_adapted_state(fresh, state)
     fresh.save_pretrained(str(Path(out) / ADAPTER_DIR))
     fresh.merge_and_unload().save_pretrained(str(out))

@@ -22,6 +22,7 @@ from rlhflab.metrics.stats import pearson
 from rlhflab.models.blocks import checkpoint_blocks, resolve
 from rlhflab.models.bradley_terry import bt_loss
 from rlhflab.models.lm import load_causal_lm, load_tokenizer, save_pretrained
+from rlhflab.models.lora import save_merged_classifier, with_trunk_adapters
 from rlhflab.models.precision import use_bf16
 from rlhflab.models.reward_model import reward_model_from_lm, score_sequences
 from rlhflab.models.sampling import sample_responses, sample_share
@@ -248,6 +249,9 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
 
     torch.manual_seed(derive_seed(config.seed, "rm-init"))
     model = reward_model_from_lm(base).to(cluster.device)
+    adapted = bool(config.lora.rank and config.lora.reward_model)
+    if adapted:
+        model = with_trunk_adapters(model, config.lora)
     if resolve(config.compute.activation_checkpointing, cluster.device.type):
         checkpoint_blocks(model)
     engine = make_engine(config.distributed, cluster)
@@ -310,7 +314,11 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
     weights = engine.full_state_dict(scorer)  # every process takes part in gathering them
     if cluster.is_main:
         with atomic_dir(run.stage2_rm) as out:
-            save_pretrained(model, out, {k.removeprefix("model."): v for k, v in weights.items()})
+            state = {k.removeprefix("model."): v for k, v in weights.items()}
+            if adapted:  # merged into plain weights: stage 3 and any tool load an ordinary classifier
+                save_merged_classifier(model, base, config.lora, state, out)
+            else:
+                save_pretrained(model, out, state)
             tokenizer.save_pretrained(str(out))
     cluster.barrier()  # the other processes read stage2_rm next
     return RewardResult(
