@@ -205,3 +205,44 @@ def test_a_reward_model_trained_through_adapters_is_saved_merged(smoke_run, tmp_
     scores = group_scores(merged, train).flatten()
     assert abs(float(scores.mean()) - result.reward_mean) < 1e-3 * max(1.0, abs(result.reward_mean))
     assert result.train_loss < 0.69  # it learned: below ln 2, the loss of a constant score
+
+
+def test_a_critic_with_its_own_adapters_trains_apart_from_the_policy(smoke_run, tmp_path):
+    config = load_config("smoke", overrides=[*LORA, "lora.critic=adapter"])
+    state = load_ppo_state(config, smoke_run, PPOComponents())
+    names = {n for n, p in state.policy.named_parameters() if p.requires_grad}
+    assert any(".critic." in n for n in names) and any(".default." in n for n in names)
+    ids = torch.tensor([[1, 5, 9, 12, 7, 3, 2], [1, 8, 4, 6, 11, 2, 0]])
+    mask = torch.tensor([[True] * 7, [True] * 6 + [False]])
+    torch.nn.init.normal_(state.policy.value_head.weight, std=0.1)  # zero at the start: no gradient would pass
+    logits, values = state.policy(ids, mask, 3, 1.0)
+    values.sum().backward()  # a value loss
+    grads = {n: p.grad for n, p in state.policy.named_parameters() if p.requires_grad}
+    assert all(g is None or not g.any() for n, g in grads.items() if ".default." in n)
+    assert any(g is not None and g.abs().sum() > 0 for n, g in grads.items() if "lora_B.critic" in n)  # A gets none yet: B = 0
+    # Moving the critic's adapters moves the values, not the policy's logits.
+    with torch.no_grad():
+        for n, p in state.policy.named_parameters():
+            if "lora_B.critic" in n:
+                p.add_(0.1)
+        after_logits, after_values = state.policy(ids, mask, 3, 1.0)
+    assert torch.allclose(after_logits, logits.detach(), atol=1e-6)
+    assert not torch.allclose(after_values, values.detach(), atol=1e-4)
+    # A run saves the critic's adapter beside the policy's; the merged policy is the policy's alone.
+    run = ppo_only_copy(smoke_run, tmp_path / "critic")
+    short = load_config("smoke", overrides=[*LORA, "lora.critic=adapter", "ppo.iterations=2"])
+    save_config(short, run.config)
+    run_ppo(short, run, show_progress=False)
+    assert (run.stage3_policy / ADAPTER_DIR / "critic" / "adapter_config.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_critic_with_its_own_adapters_runs_under_fsdp2(smoke_run, tmp_path):
+    from test_multiprocess import torchrun
+
+    run = ppo_only_copy(smoke_run, tmp_path / "critic-fsdp2")
+    save_config(load_config("smoke", overrides=[*LORA, "lora.critic=adapter", "ppo.iterations=3"]), run.config)
+    torchrun("ppo", "--resume", str(run.root), "--quiet", "distributed.strategy=fsdp2")
+    records = read_jsonl(run.metrics("ppo"))
+    assert [r["step"] for r in records] == [0, 1, 2] and records[-1]["value/loss"] > 0
+    assert (run.stage3_policy / ADAPTER_DIR / "critic" / "adapter_model.safetensors").is_file()

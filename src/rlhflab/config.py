@@ -218,6 +218,10 @@ class LoRAConfig:
     target_modules: str = ""
     """Comma-separated names of the modules to adapt (e.g. q_proj,k_proj,v_proj,o_proj); empty: peft's default
     for the architecture (GPT-2: c_attn; Llama: q_proj,v_proj)."""
+    critic: Literal["shared", "adapter"] = "shared"
+    """With rank > 0, what the value head reads: the policy's adapted trunk (shared), or the same frozen base
+    through adapters of its own (adapter: no gradient of the value loss reaches the policy's adapters; one more
+    forward per update)."""
     reward_model: bool = False
     """With rank > 0, stage 2 trains the reward model's trunk through adapters of its own (its score head whole)
     and saves it merged into plain weights; false trains every weight of it, as without LoRA."""

@@ -12,16 +12,20 @@ switched off (`AdaptersOff`), so the base weights exist once in memory.
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from rlhflab.config import LoRAConfig
 
 ADAPTER_DIR = "adapter"  # the peft directory inside a saved merged policy
+POLICY, CRITIC = "default", "critic"  # the policy's adapter, and the value head's own (`lora.critic = "adapter"`)
 
 
 def _lora_config(config: LoRAConfig, task_type: str | None) -> LoraConfig:
@@ -31,8 +35,34 @@ def _lora_config(config: LoRAConfig, task_type: str | None) -> LoraConfig:
 
 
 def with_adapters(lm: nn.Module, config: LoRAConfig) -> PeftModel:
-    """`lm` with LoRA adapters of `config` (only the adapters train)."""
-    return get_peft_model(lm, _lora_config(config, "CAUSAL_LM"))
+    """`lm` with LoRA adapters of `config` (only the adapters train); with `critic =
+    "adapter"`, a second set for the value head, trained too, active only in `active`."""
+    adapted = get_peft_model(lm, _lora_config(config, "CAUSAL_LM"))
+    if config.critic == "adapter":
+        adapted.add_adapter(CRITIC, _lora_config(config, "CAUSAL_LM"))
+        for name, p in adapted.named_parameters():
+            if f".{CRITIC}." in name:
+                p.requires_grad_(True)
+    return adapted
+
+
+def has_critic(lm: nn.Module) -> bool:
+    return is_adapted(lm) and CRITIC in lm.peft_config
+
+
+@contextmanager
+def active(lm: PeftModel, name: str) -> Iterator[None]:
+    """Forwards of `lm` through adapter `name` only. Unlike peft's `set_adapter`, which also
+    freezes every other adapter, it leaves what trains alone: both adapters train, each
+    through the forward it is active in."""
+    layers = [m for m in lm.modules() if isinstance(m, BaseTunerLayer)]
+    for layer in layers:
+        layer._active_adapter = name
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer._active_adapter = POLICY
 
 
 def with_trunk_adapters(classifier: PreTrainedModel, config: LoRAConfig) -> PreTrainedModel:
@@ -107,7 +137,9 @@ def save_adapted(adapted: PeftModel, state: dict[str, torch.Tensor], out: Path) 
     dict (gathered from shards when it is sharded); the merge runs on a fresh copy built
     from the model's config, so a sharded or wrapped model is never changed."""
     base = AutoModelForCausalLM.from_config(copy.deepcopy(adapted.base_model.model.config))
-    fresh = get_peft_model(base, copy.deepcopy(adapted.peft_config["default"]))
+    fresh = get_peft_model(base, copy.deepcopy(adapted.peft_config[POLICY]))
+    if CRITIC in adapted.peft_config:  # saved beside the policy's adapter (adapter/critic/), not merged
+        fresh.add_adapter(CRITIC, copy.deepcopy(adapted.peft_config[CRITIC]))
     _load_adapted_state(fresh, state)
     fresh.save_pretrained(str(Path(out) / ADAPTER_DIR))
-    fresh.merge_and_unload().save_pretrained(str(out))
+    fresh.merge_and_unload(adapter_names=[POLICY]).save_pretrained(str(out))

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from rlhflab.models.forward import response_logits
 from rlhflab.models.lm import save_pretrained
-from rlhflab.models.lora import is_adapted, save_adapted
+from rlhflab.models.lora import CRITIC, active, has_critic, is_adapted, save_adapted
 from rlhflab.runs import atomic_dir
 
 VALUE_HEAD_FILE = "value_head.safetensors"
@@ -36,8 +36,12 @@ class PolicyWithValue(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """Response logits (B, T, V) at `temperature` and values (B, T)."""
         logits, hidden = logits_fn(
-            self.lm, input_ids, attention_mask, prompt_len, temperature, output_hidden_states=True
+            self.lm, input_ids, attention_mask, prompt_len, temperature, output_hidden_states=not has_critic(self.lm)
         )
+        if has_critic(self.lm):  # the value head reads the base through its own adapters
+            with active(self.lm, CRITIC):
+                _, hidden = logits_fn(self.lm, input_ids, attention_mask, prompt_len, temperature,
+                                      output_hidden_states=True)
         values = self.value_head(hidden).squeeze(-1)
         return logits, values
 
