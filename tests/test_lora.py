@@ -19,6 +19,7 @@ from rlhflab.models.blocks import checkpoint_blocks
 from rlhflab.models.forward import response_logprobs
 from rlhflab.models.lm import load_causal_lm
 from rlhflab.models.lora import ADAPTER_DIR, AdaptersOff
+from rlhflab.pipeline import run_pipeline
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.run import run_ppo
 from rlhflab.ppo.trainer import load_ppo_state
@@ -36,12 +37,11 @@ def ppo_only_copy(source: RunDir, target: Path) -> RunDir:
 
 
 @pytest.fixture(scope="module")
-def lora_run(smoke_run, tmp_path_factory):
-    run = ppo_only_copy(smoke_run, tmp_path_factory.mktemp("lora") / "run")
+def lora_run(tmp_path_factory):
+    """The smoke pipeline end to end with LoRA on the policy (and the doctor and report after)."""
     config = load_config("smoke", overrides=LORA)
-    save_config(config, run.config)
-    run_ppo(config, run, show_progress=False)
-    return run, config
+    result = run_pipeline(config, tmp_path_factory.mktemp("lora") / "run", show_progress=False)
+    return result.run, config
 
 
 def unique_parameters(*modules) -> int:
@@ -91,13 +91,13 @@ def test_a_lora_run_trains_adapters_and_saves_merged_and_peft_directories(lora_r
     assert json.loads((saved / "config.json").read_text())["architectures"] == ["GPT2LMHeadModel"]
     # Second path: the merged weights and base + adapter give the same logprobs.
     merged = load_causal_lm(saved).eval()
-    adapted = PeftModel.from_pretrained(load_causal_lm(smoke_run.stage1_lm), str(saved / ADAPTER_DIR)).eval()
+    adapted = PeftModel.from_pretrained(load_causal_lm(run.stage1_lm), str(saved / ADAPTER_DIR)).eval()
     ids = torch.tensor([[1, 5, 9, 12, 7, 3, 2], [1, 8, 4, 6, 11, 2, 0]])
     mask = torch.tensor([[True] * 7, [True] * 6 + [False]])
     with torch.no_grad():
         a = response_logprobs(merged, ids, mask, 3, 1.0)
         b = response_logprobs(adapted, ids, mask, 3, 1.0)
-        before = response_logprobs(load_causal_lm(smoke_run.stage1_lm).eval(), ids, mask, 3, 1.0)
+        before = response_logprobs(load_causal_lm(run.stage1_lm).eval(), ids, mask, 3, 1.0)
     assert torch.allclose(a, b, atol=1e-4)
     assert not torch.allclose(a, before, atol=1e-3)
 
@@ -117,6 +117,18 @@ def test_a_lora_checkpoint_holds_the_adapters_and_resumes(lora_run, smoke_run):
     assert point.next_step == 6
     steps = {int(s["step"]) for slots in state.optimizer.state.values() for s in [slots]}
     assert steps == {6 * config.ppo.epochs * config.ppo.minibatches}
+
+
+def test_the_doctor_and_verify_read_a_lora_run(lora_run, tmp_path):
+    run, _ = lora_run
+    assert json.loads(run.diagnosis.read_text())["steps"] == 6 and run.report.is_file()
+    copy = tmp_path / "copy"
+    shutil.copytree(run.root, copy)
+    result = CliRunner().invoke(app, ["verify", str(copy), "--fix", "ppo.kl_coef=0.1"])
+    assert result.exit_code in (0, 1, 3), result.output
+    rerun = tmp_path / "copy-verify"
+    assert (rerun / "stage3_policy" / ADAPTER_DIR / "adapter_config.json").is_file()
+    assert json.loads((copy / "verify.json").read_text())["verdict"]
 
 
 def test_the_checkup_reads_a_lora_run(lora_run, tmp_path):
