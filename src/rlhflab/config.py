@@ -277,7 +277,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "pretrain.n_layer": 2,
         "pretrain.n_embd": 64,
         # 7200 pairs: with 2400 the smoke RM straddled the doctor's rm_weak limits (seeds 0-4: val acc
-        # 0.59-0.65, gold agreement 0.60-0.66); with 7200, 0.68-0.71 and 0.70-0.73 (docs/benchmarks.md).
+        # 0.59-0.65, gold agreement 0.60-0.66); with 7200, 0.68-0.71 and 0.70-0.73 (docs/benchmarks.md, "smoke").
         "reward.pairs": 7200,
         "reward.val_pairs": 600,
         "reward.gold_pairs": 600,

@@ -19,7 +19,7 @@ from rlhflab.data.batching import encode_prompts
 from rlhflab.distributed import Cluster
 from rlhflab.models.decoding import decoder_for
 from rlhflab.models.precision import autocast
-from rlhflab.seeding import RowStreams, uniforms
+from rlhflab.seeding import RowStreams, rows_of, uniforms
 
 
 @dataclass(frozen=True)
@@ -146,10 +146,9 @@ def sample_share(sample, lm: torch.nn.Module, tokenizer, prompts: list[str], res
     ids, mask = encode_prompts(tokenizer, prompts)
     device = device_of(lm)
     ids, mask = ids[rows].to(device), mask[rows].to(device)
-    if isinstance(generator, RowStreams):
-        generator = generator.subset(rows.tolist())
-    elif cluster.world > 1:  # one generator's draws would depend on how the rows are shared out
+    if cluster.world > 1 and not isinstance(generator, RowStreams):  # one generator's draws would depend on the shares
         raise ValueError("sampling a batch over several processes needs one random stream per row (RowStreams)")
+    generator = rows_of(generator, rows.tolist())
     samples = sample(lm, ids, mask, response_length, temperature, tokenizer.eos_token_id, tokenizer.pad_token_id,
                      generator)
     width = int(cluster.max(float(samples.response_ids.shape[1])))
