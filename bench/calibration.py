@@ -15,7 +15,10 @@ samples 64 held-out prompts, and adds to the trainer's log row: `gold` (the worl
 utility), `eval_distinct_2`, `eval_length`, `eval_truncated`. The doctor reads a run as a
 user would: `rlhflab doctor OUT/NAME/trainer_state.json --map gold=reward/gold_mean`.
 
-Writes OUT/NAME/{trainer_state.json, label.json} and OUT/labels.json. `--relabel` labels
+Writes OUT/NAME/{trainer_state.json, label.json} and OUT/labels.json, and the training
+samples: GRPO's own `completions/completions_*.parquet` (`log_completions=True`), RLOO's
+`rlhflab/samples.jsonl` (`DoctorCallback(samples_of=trainer)`); TRL 1.12's PPOTrainer keeps
+none the callback can read. `--relabel` labels
 the stored runs again (label_run on their stored gold and trainer log) without training.
 """
 
@@ -177,18 +180,27 @@ def build_trainer(variant: Variant, base: Path, run_dir: Path, steps: int, callb
                                    "rloo": (trl.RLOOConfig, trl.RLOOTrainer)}[variant.trainer]
     policy = AutoModelForCausalLM.from_pretrained(base / "stage1_lm")
     reward_model = AutoModelForSequenceClassification.from_pretrained(base / "stage2_rm", num_labels=1)
+    # GRPO writes its completions itself (completions/*.parquet, with log_completions; printing
+    # none of them draws nothing from `random`); RLOO keeps them in memory, so the doctor's
+    # callback writes them (rlhflab/samples.jsonl).
+    writes_completions = {"log_completions": True, "num_completions_to_print": 0} if variant.trainer == "grpo" else {}
     config = config_class(
         output_dir=str(run_dir), use_cpu=True, bf16=False, gradient_checkpointing=False, seed=variant.seed,
         max_steps=steps, logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,
         per_device_train_batch_size=32, num_generations=4, max_completion_length=variant.max_completion_length,
         learning_rate=variant.learning_rate, beta=variant.beta, temperature=variant.temperature,
-        **variant.settings,
+        **writes_completions, **variant.settings,
     )
-    return trainer_class(
+    trainer = trainer_class(
         model=policy, reward_funcs=[reward_model, *reward_functions(variant)], args=config,
         train_dataset=Dataset.from_dict({"prompt": [tokenizer.bos_token + p for p in prompts]}),
         processing_class=tokenizer, reward_processing_classes=[tokenizer] + [None] * (0 if variant.reward == "rm" else 1),
         callbacks=[callback])
+    if variant.trainer == "rloo":
+        from rlhflab.integrations import DoctorCallback
+
+        trainer.add_callback(DoctorCallback(every=10**9, samples_of=trainer))
+    return trainer
 
 
 def run_variant(name: str, variant: Variant, base: Path, out: Path, steps: int, every: int) -> dict:

@@ -86,6 +86,12 @@ def signals(table: MetricTable) -> dict:
         s = smoothed(table, name)
         if s:
             out[key] = max(s)
+    share = table.get("text/opening_share")  # OPENING_SHARE_LIMIT, OPENING_SHARE_RISE (from the samples)
+    if share is not None and len(share) >= 3:
+        w = window(len(share))
+        out["opening_share_start"] = baseline(share.values, w)
+        out["opening_share_max"] = max(smooth(share.values, w))
+        out["samples_per_step"] = statistics.median(table.get("text/samples").values)
     grad = table.get("policy/grad_norm")
     if grad is not None and len(grad) >= 4:
         half = grad.values[len(grad) // 2:]

@@ -361,6 +361,14 @@ def _list_formats() -> None:
     for dialect in DIALECTS:
         trainers.add_row(dialect.name, dialect.description, str(len(dialect.columns)) if dialect.columns else "canonical")
     console.print(trainers)
+    from rlhflab.doctor.samples import SAMPLE_FORMATS
+
+    samples = Table(title="sample files (--samples FILE, or found beside the log)")
+    for column in ("name", "reads"):
+        samples.add_column(column)
+    for fmt in SAMPLE_FORMATS:
+        samples.add_row(fmt.name, fmt.description)
+    console.print(samples)
 
 
 @app.command()
@@ -372,6 +380,11 @@ def doctor(
                                                 "step column), or a .toml mapping file that can also give units"),
     format_name: Optional[str] = typer.Option(None, "--format", help="Read the log with this format "
                                               "(see --list-formats) instead of recognising it."),
+    samples: Optional[Path] = typer.Option(None, "--samples", help="The generated text beside the log: a sample "
+                                           "file or dump directory (rlhflab, veRL, TRL, or any JSONL/CSV with "
+                                           "--map THEIRS=sample/FIELD); default: those found beside the log."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write the report (curves, findings, the samples "
+                                        "at each finding's onset) to this HTML file."),
     list_formats: bool = typer.Option(False, "--list-formats", help="List the log formats and exit."),
     rules_doc: Optional[Path] = typer.Option(None, "--rules-doc", help="Rewrite the rule table in this markdown "
                                              "file (docs/doctor.md) from the rule registry, and exit."),
@@ -391,7 +404,7 @@ def doctor(
     code of the last diagnosis; 130 when interrupted."""
     import json
 
-    from rlhflab.doctor.diagnose import diagnose_path, diagnosis_json, write_diagnosis
+    from rlhflab.doctor.diagnose import diagnosis_json, read_and_diagnose, write_diagnosis
     from rlhflab.doctor.formats import LogFormatError
     from rlhflab.doctor.formats.mapping import parse_map_options
 
@@ -410,12 +423,16 @@ def doctor(
     if follow:
         _follow(path, parse_map_options(mapping), format_name, stop_on, interval, idle_exit)
     try:
-        diagnosis = diagnose_path(path, parse_map_options(mapping), format_name)
+        table, diagnosis = read_and_diagnose(path, parse_map_options(mapping), format_name, samples)
     except LogFormatError as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
     if diagnosis.format == "rlhflab":
         write_diagnosis(diagnosis, path / "diagnosis.json")
+    if html is not None:
+        from rlhflab.doctor.report import write_report
+
+        write_report(path if path.is_dir() else path.parent, table, diagnosis, out=html)
     if json_output:
         typer.echo(json.dumps(diagnosis_json(diagnosis), indent=2))
     else:

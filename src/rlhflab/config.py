@@ -142,8 +142,9 @@ class PPOConfig:
     """Gradient-norm clip."""
     eval_prompts: int = 256
     """Held-out prompts on which the stage-1 model and the final policy are compared."""
-    samples_per_iteration: int = 4
-    """Responses written to samples/ppo.jsonl each iteration."""
+    samples_per_iteration: int = 64
+    """Responses written to samples/ppo.jsonl each iteration (the first of the batch; 0: none). The doctor's text
+    measures need 16 or more a step (doctor/sample_measures.py); 64 keeps the demo's whole batch."""
     doctor_every: int = 10
     """Iterations between live runs of the doctor's detectors during training."""
     checkpoint_every: int = 10

@@ -88,17 +88,18 @@ def checkup_findings(table: MetricTable, checkup: CheckupVerdict | None) -> list
                     tuple(rank_causes((), (), table, checkup)))]
 
 
-def read_and_diagnose(path: Path, mapping: UserMapping | None = None,
-                      format_name: str | None = None) -> tuple[MetricTable, Diagnosis]:
-    """Read a log (its format detected, or forced) and diagnose it, with the run's
-    checkup when it is a run directory that has one: the table (for a report) and the
-    diagnosis."""
-    table = read_log(Path(path), mapping, format_name)
+def read_and_diagnose(path: Path, mapping: UserMapping | None = None, format_name: str | None = None,
+                      samples: Path | None = None) -> tuple[MetricTable, Diagnosis]:
+    """Read a log (its format detected, or forced) and its samples (`samples`, or those
+    found beside it) and diagnose it, with the run's checkup when it is a run directory
+    that has one: the table (for a report) and the diagnosis."""
+    table = read_log(Path(path), mapping, format_name, samples)
     return table, diagnose(table, checkup=read_checkup(Path(path)) if Path(path).is_dir() else None)
 
 
-def diagnose_path(path: Path, mapping: UserMapping | None = None, format_name: str | None = None) -> Diagnosis:
-    return read_and_diagnose(path, mapping, format_name)[1]
+def diagnose_path(path: Path, mapping: UserMapping | None = None, format_name: str | None = None,
+                  samples: Path | None = None) -> Diagnosis:
+    return read_and_diagnose(path, mapping, format_name, samples)[1]
 
 
 # diagnosis.json's schema version (docs/doctor.md, "diagnosis.json"); bumped when a field

@@ -41,6 +41,23 @@ EXTRA_METRICS: dict[str, Unit] = {
     "guard/skipped_updates": "count", "epoch": "value", "policy/ratio_first": "value",
     "memory/peak_gib": "value",  # GiB: the largest CUDA allocation of any process so far
 }
+# Measured by the doctor from sample files (doctor/sample_measures.py), per step, over the
+# words of the responses kept that step: pooled across them, or averaged over them.
+TEXT_METRICS: dict[str, Unit] = {
+    "text/samples": "count",  # responses measured at the step
+    "text/distinct_1": "fraction",  # unique words / words, pooled over the step's responses (Li et al. 2016)
+    "text/distinct_2": "fraction",  # unique word bigrams / bigrams, pooled
+    "text/opening_share": "fraction",  # share of responses opening with the step's most common first 3 words
+    "text/near_duplicate_frac": "fraction",  # responses whose word bigrams resemble another's (Jaccard >= 0.8)
+    "text/identical_frac": "fraction",  # responses with an exact duplicate (same words) that step
+    "text/repetition": "fraction",  # mean seq-rep-3 within a response (Welleck et al. 2019)
+    "text/prompt_copy": "fraction",  # mean share of a response's word trigrams found in its prompt
+    "text/length_words": "words",  # mean response length
+    "text/truncated_frac": "fraction",  # responses cut at the length limit (where the file tells)
+    "text/reward_mean": "value",  # mean reward of the measured responses
+    "text/reward_length_corr": "value",  # Pearson correlation of reward with length over the step's responses
+    "text/reward_repetition_corr": "value",  # ... with seq-rep-3
+}
 REWARD_METRICS: dict[str, Unit] = {
     "rm/train_loss": "value", "rm/train_acc": "fraction", "rm/val_acc": "fraction",
     "rm/gold_agreement": "fraction", "rm/length_corr": "value",
@@ -48,8 +65,8 @@ REWARD_METRICS: dict[str, Unit] = {
 PRETRAIN_METRICS: dict[str, Unit] = {"lm/train_loss": "value", "lm/val_loss": "value",
                                      "lm/grammatical_rate": "fraction"}
 
-CANONICAL: dict[str, Unit] = (PPO_METRICS | OTHER_TRAINERS_METRICS | MISMATCH_METRICS | EXTRA_METRICS | REWARD_METRICS
-                              | PRETRAIN_METRICS)
+CANONICAL: dict[str, Unit] = (PPO_METRICS | OTHER_TRAINERS_METRICS | MISMATCH_METRICS | EXTRA_METRICS | TEXT_METRICS
+                              | REWARD_METRICS | PRETRAIN_METRICS)
 KNOWN = frozenset(CANONICAL)
 # Evaluation metrics (a trainer's `eval_*` rows) are kept under this prefix, apart from
 # the training series they share names with.

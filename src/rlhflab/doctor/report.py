@@ -12,8 +12,9 @@ from pathlib import Path
 
 from rlhflab.doctor.findings import Diagnosis
 from rlhflab.doctor.formats import render_change, verify_command
+from rlhflab.doctor.sample_measures import samples_at
 from rlhflab.doctor.table import MetricTable
-from rlhflab.runs import RunDir, read_jsonl
+from rlhflab.runs import RunDir
 
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reward", ("reward/proxy_mean", "reward/gold_mean", "reward/total_mean")),
@@ -22,6 +23,7 @@ PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entropy", ("policy/entropy",)),
     ("diversity", ("response/distinct_1", "response/distinct_2", "response/self_bleu", "response/identical_frac")),
     ("length and EOS", ("response/length_mean", "response/eos_rate")),
+    ("the samples' text", ("text/opening_share", "text/near_duplicate_frac", "text/distinct_2", "text/repetition")),
     ("PPO update", ("policy/clipfrac", "policy/approxkl", "policy/ratio_mean", "value/clipfrac")),
     ("critic", ("value/explained_variance", "value/loss")),
 )
@@ -73,23 +75,42 @@ def plot_panels(table: MetricTable, diagnosis: Diagnosis,
     return images
 
 
-def _samples_section(run: RunDir) -> str:
-    path = run.samples("ppo")
-    if not path.is_file():
-        return ""
-    samples = read_jsonl(path)
+def _samples_section(table: MetricTable) -> str:
+    """Responses from early, middle and late training (the first four of each step)."""
+    samples = [s for sample_set in table.samples if sample_set.split == "train" for s in sample_set.samples]
     if not samples:
         return ""
-    steps = sorted({s["step"] for s in samples})
+    steps = sorted({s.step for s in samples})
     picks = {"early": steps[0], "middle": steps[len(steps) // 2], "late": steps[-1]}
     rows = []
     for label, step in picks.items():
-        for s in [x for x in samples if x["step"] == step][:4]:
-            rows.append(f"<tr><td>{label} ({step})</td><td>{html.escape(s['prompt'])}</td>"
-                        f"<td>{html.escape(s['response'])}</td><td>{s['proxy']:+.2f}</td>"
-                        f"<td>{'' if s.get('gold') is None else format(s['gold'], '+.2f')}</td></tr>")
-    return ("<h2>Samples</h2><table><tr><th>when</th><th>prompt</th><th>response</th><th>proxy</th><th>gold</th></tr>"
+        for s in [x for x in samples if x.step == step][:4]:
+            rows.append(f"<tr><td>{label} ({step})</td><td>{html.escape(s.prompt)}</td>"
+                        f"<td>{html.escape(s.response)}</td><td>{_signed(s.reward)}</td><td>{_signed(s.gold)}</td></tr>")
+    return ("<h2>Samples</h2><table><tr><th>when</th><th>prompt</th><th>response</th><th>reward</th><th>gold</th></tr>"
             + "".join(rows) + "</table>")
+
+
+def _signed(value: float | None) -> str:
+    return "" if value is None else f"{value:+.2f}"
+
+
+def _onset_samples(table: MetricTable, step: int) -> str:
+    """The samples of a finding's onset: the highest- and lowest-rewarded responses (their
+    reward beside them) and the most repeated openings (how many responses open so)."""
+    found = samples_at(table.samples, step)
+    if found is None:
+        return ""
+    openings = "".join(f"<li>{n} of {found.count} ({n / found.count:.0%}) open with "
+                       f"<q>{html.escape(words or '(empty)')}</q></li>" for words, n in found.openings)
+    rows = "".join(f"<tr><td>{label}</td><td>{_signed(s.reward)}</td><td>{_signed(s.gold)}</td>"
+                   f"<td>{html.escape(s.prompt)}</td><td>{html.escape(s.response)}</td></tr>"
+                   for label, group in (("highest reward", found.highest), ("lowest reward", found.lowest))
+                   for s in group)
+    table_html = (f"<table><tr><th></th><th>reward</th><th>gold</th><th>prompt</th><th>response</th></tr>{rows}"
+                  "</table>" if rows else "<p class='muted'>The samples carry no reward.</p>")
+    return (f"<details open><summary>Samples at step {found.step} ({found.count} responses)</summary>"
+            f"<p>Most repeated openings:</p><ul>{openings}</ul>{table_html}</details>")
 
 
 def _fix_text(diagnosis: Diagnosis, cause) -> str:
@@ -119,7 +140,7 @@ def coverage_section(diagnosis: Diagnosis) -> str:
             f"{rows}</table>")
 
 
-def _findings_section(diagnosis: Diagnosis) -> str:
+def _findings_section(diagnosis: Diagnosis, table: MetricTable) -> str:
     if not diagnosis.findings:
         return "<h2>Findings</h2><p>None.</p>"
     parts = ["<h2>Findings</h2>"]
@@ -142,7 +163,8 @@ def _findings_section(diagnosis: Diagnosis) -> str:
             f"began at step {f.onset_step}</p>"
             f"<table><tr><th>metric</th><th>onset</th><th>observed</th><th>threshold</th><th>source</th></tr>"
             f"{evidence}</table><p>Likely causes, most likely first:</p><ol>{causes}</ol>"
-            f"<p>Verify: <code>{html.escape(verify_command(diagnosis, f))}</code></p></div>"
+            f"<p>Verify: <code>{html.escape(verify_command(diagnosis, f))}</code></p>"
+            f"{_onset_samples(table, f.onset_step)}</div>"
         )
     if diagnosis.skipped:
         skipped = ", ".join(f"{rule} (needs {', '.join(m)})" for rule, m in diagnosis.skipped.items())
@@ -173,7 +195,9 @@ table{border-collapse:collapse;margin:.5em 0;font-size:.85em}td,th{border:1px so
 .finding.high{border-color:crimson}.finding.medium{border-color:darkorange}.ok{color:green}.muted{color:#777}"""
 
 
-def write_report(run_dir: Path, table: MetricTable, diagnosis: Diagnosis, compare: MetricTable | None = None) -> Path:
+def write_report(run_dir: Path, table: MetricTable, diagnosis: Diagnosis, compare: MetricTable | None = None,
+                 out: Path | None = None) -> Path:
+    """The report of a run directory (`RUN/report.html`), or of any log to `out`."""
     run = RunDir(Path(run_dir))
     images = plot_panels(table, diagnosis, compare)
     if images is None:
@@ -192,7 +216,9 @@ def write_report(run_dir: Path, table: MetricTable, diagnosis: Diagnosis, compar
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>rlhflab report: {html.escape(run.root.name)}</title>"
             f"<style>{STYLE}</style></head><body><h1>rlhflab report: {html.escape(str(run.root))}</h1>"
             f"<p>{diagnosis.steps} PPO iterations; {len(diagnosis.findings)} finding(s).</p>"
-            f"{coverage_section(diagnosis)}{_findings_section(diagnosis)}{_verify_section(run)}{summary}"
-            f"<h2>Curves</h2><div class='grid'>{figures}</div>{_samples_section(run)}</body></html>")
-    run.report.write_text(page, encoding="utf-8")
-    return run.report
+            f"{coverage_section(diagnosis)}{_findings_section(diagnosis, table)}{_verify_section(run)}{summary}"
+            f"<h2>Curves</h2><div class='grid'>{figures}</div>{_samples_section(table)}</body></html>")
+    target = Path(out) if out is not None else run.report
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(page, encoding="utf-8")
+    return target

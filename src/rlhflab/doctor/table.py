@@ -66,6 +66,7 @@ class MetricTable:
     verifiable: bool = False  # `rlhflab verify` can rerun the run
     steps_read: int = 0  # distinct steps at which an understood training metric was logged
     guesses: list[dict] = field(default_factory=list)  # names read by spelling: name, taken_for, why
+    samples: list = field(default_factory=list)  # the SampleSets read beside the log (doctor/samples.py)
 
     def get(self, name: str, any_unit: bool = False) -> Series | None:
         """The series of `name` in its canonical unit; one the table could not convert is

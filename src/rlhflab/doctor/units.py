@@ -18,10 +18,11 @@ Unit = Literal[
     "percent",  # a share in [0, 100]
     "count",  # a number of items per batch (e.g. responses that ended)
     "tokens",
+    "words",  # whitespace-and-punctuation words of decoded text (the doctor's measures of sample files)
     "seconds",
     "value",  # a dimensionless quantity with no alternative unit (a loss, a reward, a ratio)
 ]
-UNITS: tuple[Unit, ...] = ("nats/sequence", "nats/token", "fraction", "percent", "count", "tokens", "seconds",
+UNITS: tuple[Unit, ...] = ("nats/sequence", "nats/token", "fraction", "percent", "count", "tokens", "words", "seconds",
                            "value")
 
 

@@ -12,6 +12,14 @@ of those rules saves a checkpoint and stops the run.
 
 Trainers whose own loop ignores `control.should_training_stop` (TRL 1.12's PPOTrainer)
 get `DoctorStop` raised at their next logging call, after the checkpoint they saved.
+
+The samples a trainer writes beside its output (GRPOTrainer's `completions/` with
+`log_completions=True`) are read with the log. For a trainer that keeps its latest
+completions only in memory (RLOOTrainer; GRPOTrainer without `log_completions`), give it
+to the callback and they are written to `OUTPUT_DIR/rlhflab/samples.jsonl`:
+
+    trainer = RLOOTrainer(...)
+    trainer.add_callback(DoctorCallback(samples_of=trainer))
 """
 
 from __future__ import annotations
@@ -28,10 +36,12 @@ from rlhflab.doctor.findings import Finding
 from rlhflab.doctor.formats import read_history
 from rlhflab.doctor.formats.mapping import parse_pairs
 from rlhflab.doctor.report import write_report
+from rlhflab.doctor.sample_measures import attach_samples
+from rlhflab.doctor.samples import CALLBACK_SAMPLES, find_samples
 from rlhflab.doctor.watch import Watch, finding_line, stop_rules
 from rlhflab.progress import console
 
-OUTPUT_SUBDIR = "rlhflab"
+OUTPUT_SUBDIR = CALLBACK_SAMPLES.parent.name  # "rlhflab": where the samples are looked for too
 
 
 class DoctorStop(RuntimeError):
@@ -51,12 +61,17 @@ class DoctorCallback(TrainerCallback):
         compare_to: an earlier run's log or output directory (any format the doctor reads): as
             this run passes the step where each of its findings began, that finding is told gone
             or still there; at the end, `rlhflab/compare.json` holds `rlhflab compare`'s verdict.
+        samples_of: a TRL GRPOTrainer or RLOOTrainer whose latest generation batch (prompts,
+            completions, each reward function's rewards, advantages: its `_logs`) is written to
+            `rlhflab/samples.jsonl` at every logging step, once per batch.
     """
 
     def __init__(self, every: int = 10, stop_on: Iterable[str] | str = (), mapping: Iterable[str] = (),
-                 output_dir: str | Path | None = None, compare_to: str | Path | None = None) -> None:
+                 output_dir: str | Path | None = None, compare_to: str | Path | None = None,
+                 samples_of: object | None = None) -> None:
         if every < 1:
             raise ValueError(f"every must be >= 1, got {every}")
+        self.sample_writer = SampleWriter(samples_of) if samples_of is not None else None
         self.compare_to = Path(compare_to) if compare_to is not None else None
         self.earlier = None  # (its table, its diagnosis), read at the first diagnosis
         self.told_earlier: dict[str, str] = {}  # earlier finding's rule -> what was told of it
@@ -78,6 +93,7 @@ class DoctorCallback(TrainerCallback):
         the main process alone writes and prints."""
         start = time.perf_counter()
         self.table = read_history(list(state.log_history), args, self.mapping, source=str(args.output_dir))
+        attach_samples(self.table, find_samples(self.output_dir or Path(args.output_dir)))
         new = self.watch.check(self.table)
         if state.is_world_process_zero:
             out = self.out_dir(args)
@@ -114,6 +130,8 @@ class DoctorCallback(TrainerCallback):
         return lines
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.sample_writer is not None and state.is_world_process_zero:
+            self.sample_writer.write(self.out_dir(args) / "samples.jsonl", state.global_step)
         if self.stopped_at is not None and state.global_step > self.stopped_at:
             if state.is_world_process_zero:
                 self._write_report(args)
@@ -155,3 +173,48 @@ class DoctorCallback(TrainerCallback):
     def _write_report(self, args) -> None:
         if self.table is not None and self.watch.diagnosis is not None:
             write_report(self.out_dir(args), self.table, self.watch.diagnosis)
+
+
+class SampleWriter:
+    """Writes a TRL trainer's latest generation batch (its `_logs`: `prompt`, `completion`,
+    `rewards` per reward function, `advantages`; GRPOTrainer and RLOOTrainer fill them
+    whether or not `log_completions` is set) as JSONL rows `{step, prompt, completion,
+    reward, <function>..., advantage}`. The reward is the functions' rewards weighted as the
+    trainer weighs them (`reward_weights`). A batch is written once, at the first logging
+    step that sees it (a batch generated for several steps is not repeated)."""
+
+    def __init__(self, trainer: object) -> None:
+        logs = getattr(trainer, "_logs", None)
+        if not isinstance(logs, dict) or not {"prompt", "completion", "rewards"} <= set(logs):
+            raise ValueError(f"{type(trainer).__name__} keeps no completions the callback can read (it reads "
+                             "GRPOTrainer's and RLOOTrainer's `_logs`)")
+        self.trainer = trainer
+        self.last_batch: tuple | None = None
+
+    def rows(self, step: int) -> list[dict]:
+        logs = self.trainer._logs
+        prompts, completions = list(logs["prompt"]), list(logs["completion"])
+        rewards = {name: list(values) for name, values in logs["rewards"].items()}
+        weights = getattr(self.trainer, "reward_weights", None)
+        weights = [float(w) for w in weights] if weights is not None else [1.0] * len(rewards)
+        advantages = list(logs.get("advantages", []))
+        rows = []
+        for i, (prompt, completion) in enumerate(zip(prompts, completions)):
+            per_function = {name: float(values[i]) for name, values in rewards.items() if i < len(values)}
+            total = sum(w * v for w, v in zip(weights, per_function.values()))
+            rows.append({"step": step, "prompt": prompt, "completion": completion, "reward": total, **per_function}
+                        | ({"advantage": float(advantages[i])} if i < len(advantages) else {}))
+        return rows
+
+    def write(self, path: Path, step: int) -> None:
+        import json
+
+        logs = self.trainer._logs
+        batch = tuple(map(str, logs["completion"]))
+        if not batch or batch == self.last_batch:
+            return
+        self.last_batch = batch
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            for row in self.rows(step):
+                handle.write(json.dumps(row, default=str) + "\n")

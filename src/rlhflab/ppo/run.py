@@ -201,6 +201,7 @@ class LiveDoctor:
 def _log_samples(run: RunDir, step: int, rollout: Rollout, gold: list[float] | None, n: int) -> None:
     append_jsonl(run.samples("ppo"), [
         {"step": step, "prompt": rollout.prompts[i], "response": rollout.responses[i],
-         "proxy": float(rollout.proxy[i])} | ({"gold": gold[i]} if gold is not None else {})
+         "proxy": float(rollout.proxy[i]), "ended": bool(rollout.has_eos[i])}
+        | ({"gold": gold[i]} if gold is not None else {})
         for i in range(min(n, len(rollout.prompts)))
     ])

@@ -39,7 +39,9 @@ from rlhflab.doctor.formats import (
     wandb_csv,
     wandb_run,
 )
+from rlhflab.doctor import samples as sample_files
 from rlhflab.doctor.formats.resolver import resolve
+from rlhflab.doctor.sample_measures import attach_samples
 from rlhflab.doctor.formats.spec import (
     CANONICAL,
     Column,
@@ -93,15 +95,24 @@ def detect_format(path: Path) -> LogFormat:
                          + ". Force one with --format NAME")
 
 
-def read_log(path: Path, mapping: UserMapping | None = None, format_name: str | None = None) -> MetricTable:
-    """The metrics table of a log: its format detected by content, or forced by name."""
+def read_log(path: Path, mapping: UserMapping | None = None, format_name: str | None = None,
+             samples: Path | None = None, find_samples: bool = True) -> MetricTable:
+    """The metrics table of a log: its format detected by content, or forced by name; with
+    the measures of its sample files (`samples`, else those found beside the log unless
+    `find_samples` is off: doctor/samples.py)."""
     path = Path(path)
     if not path.exists():
         raise LogFormatError(f"{path}: no such file or directory")
     fmt = get_format(format_name) if format_name else detect_format(path)
     mapping = mapping or UserMapping()
     with _collector_paused():
-        return build_table(fmt.read(path, mapping), fmt, mapping, str(path), DIALECTS_BY_NAME, guess=resolve)
+        table = build_table(fmt.read(path, mapping), fmt, mapping, str(path), DIALECTS_BY_NAME, guess=resolve)
+    if samples is not None:
+        sample_sets = [sample_files.read_samples(Path(samples), mapping.for_samples())]
+    else:
+        sample_sets = sample_files.find_samples(path) if find_samples else []
+    attach_samples(table, sample_sets)
+    return table
 
 
 def read_history(rows: list[dict], arguments: object | None = None, mapping: UserMapping | None = None,

@@ -68,6 +68,11 @@ class UserMapping:
 
     columns: Mapping[str, Column] = field(default_factory=dict)
     step_key: str | None = None
+    sample_columns: Mapping[str, str] = field(default_factory=dict)  # a sample file's column -> sample field
+
+    def for_samples(self) -> dict[str, str]:
+        """A sample file's columns -> sample fields: the log's step column names theirs too."""
+        return {**({self.step_key: "step"} if self.step_key else {}), **self.sample_columns}
 
 
 @dataclass(frozen=True)

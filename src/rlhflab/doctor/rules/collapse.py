@@ -15,6 +15,7 @@ from rlhflab.doctor.rules.registry import (
 )
 from rlhflab.doctor.rules.responses import REPEATED_PROMPTS
 from rlhflab.doctor.rules.update import LARGE_FIRST_UPDATE, LARGE_UPDATES
+from rlhflab.doctor.sample_measures import samples_at
 from rlhflab.doctor.signals import baseline, first_where, smooth, window
 from rlhflab.doctor.table import MetricTable
 
@@ -109,3 +110,35 @@ def reward_spread_collapse(table: MetricTable) -> Detection | None:
                     lambda s: f"reward spread collapsed: {s.values[-1]:.0%} of prompt groups score all their "
                               "responses alike",
                     f"smoothed reward/zero_std_frac > {ZERO_STD_LIMIT.value}", ZERO_STD_LIMIT.source, "medium")
+
+
+OPENING_SHARE_LIMIT = Threshold(
+    "OPENING_SHARE_LIMIT", 0.5,
+    "PLACEHOLDER")
+OPENING_SHARE_RISE = Threshold(
+    "OPENING_SHARE_RISE", 0.25,
+    "PLACEHOLDER")
+
+
+@rule("template_lock_in", "mode_collapse", requires=("text/opening_share",),
+      thresholds=(OPENING_SHARE_LIMIT, OPENING_SHARE_RISE),
+      causes=(causes.kl_control, causes.step_size, causes.exploitable_reward_model, causes.narrow_prompts),
+      clues=COLLAPSE_CLUES + (LARGE_UPDATES,))
+def template_lock_in(table: MetricTable) -> Detection | None:
+    """Most responses of a step opening with the same words (read from the sample files): the
+    policy has locked into one template, which per-response diversity measures do not see."""
+    share = table.get("text/opening_share")
+    w = window(len(share))
+    start = baseline(share.values, w)
+    limit = max(OPENING_SHARE_LIMIT.value, start + OPENING_SHARE_RISE.value)
+    onset = first_where(smooth(share.values, w), lambda v: v > limit, persistence(len(share)))
+    if onset is None:
+        return None
+    at_onset = samples_at(table.samples, share.steps[onset], k=1)
+    opening = f" (\"{at_onset.openings[0][0]} ...\")" if at_onset is not None and at_onset.openings else ""
+    return Detection(f"template lock-in: {share.values[-1]:.0%} of the responses open with the same words{opening}",
+                     "high", share.steps[onset],
+                     (evidence("text/opening_share", share, onset,
+                               f"smoothed share of responses opening with the step's most common first 3 words > "
+                               f"max({OPENING_SHARE_LIMIT.value}, start + {OPENING_SHARE_RISE.value}) = {limit:.3g}",
+                               OPENING_SHARE_LIMIT.source),))

@@ -1,0 +1,103 @@
+"""What keeping samples costs: `ppo.samples_per_iteration` in disk and in the PPO loop's
+time, and the doctor's time to measure a sample file, on runs that kept the default 64.
+
+    python bench/samples_cost.py --runs runs/faults-bench/healthy-seed0 runs/faults-bench/healthy-seed1
+        [--doc docs/benchmarks.md]
+
+For each run: bytes per iteration of `samples/ppo.jsonl` at 64 a step and at 4 (the old
+default: its first 4 rows of each step, rewritten); the seconds `_log_samples` takes to
+write one iteration's rows (median of 20 repeats, the run's own rows, from an in-memory
+rollout), against the run's seconds per PPO iteration; the doctor's seconds to read the
+run without its samples and with them (median of 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from benchlib import replace_section
+
+ROOT = Path(__file__).resolve().parents[1]
+START, END = "<!-- samples-cost:start -->", "<!-- samples-cost:end -->"
+
+
+def median_seconds(work, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(run: Path) -> dict:
+    from rlhflab.doctor.formats import read_log
+    from rlhflab.ppo.run import _log_samples
+    from rlhflab.runs import RunDir, read_jsonl
+
+    rows = read_jsonl(run / "samples" / "ppo.jsonl")
+    metrics = read_jsonl(run / "metrics" / "ppo.jsonl")
+    steps = sorted({r["step"] for r in rows})
+    first = [r for r in rows if r["step"] == steps[0]]
+    kept = len(first)
+    rollout = SimpleNamespace(prompts=[r["prompt"] for r in first], responses=[r["response"] for r in first],
+                              proxy=[r["proxy"] for r in first], has_eos=[r["ended"] for r in first])
+    gold = [r.get("gold", 0.0) for r in first]
+    with tempfile.TemporaryDirectory() as scratch:
+        target = RunDir(Path(scratch))
+        write_s = median_seconds(lambda: _log_samples(target, 0, rollout, gold, kept), 20)
+    lines = (run / "samples" / "ppo.jsonl").read_text(encoding="utf-8").splitlines()
+    by_step: dict[int, list[str]] = {}
+    for line, row in zip(lines, rows):
+        by_step.setdefault(row["step"], []).append(line)
+    bytes_all = sum(len(line) + 1 for line in lines) / len(steps)
+    bytes_four = sum(len(line) + 1 for group in by_step.values() for line in group[:4]) / len(steps)
+    iteration_s = statistics.median(m.get("time/rollout_s", 0) + m.get("time/score_s", 0)
+                                    + m.get("time/advantages_s", 0) + m.get("time/train_s", 0) for m in metrics)
+    without = median_seconds(lambda: read_log(run, find_samples=False), 5)
+    with_samples = median_seconds(lambda: read_log(run), 5)
+    return {"run": str(run.relative_to(ROOT) if run.is_relative_to(ROOT) else run), "kept": kept,
+            "iterations": len(steps), "bytes_per_iteration": bytes_all, "bytes_per_iteration_at_4": bytes_four,
+            "write_s": write_s, "iteration_s": iteration_s, "doctor_s_without": without,
+            "doctor_s_with": with_samples}
+
+
+def render(results: list[dict], command: str) -> str:
+    lines = [START, "## Keeping samples: `ppo.samples_per_iteration`", "",
+             f"Command: `{command}` (2-core CPU; demo runs that kept the default 64 responses a step, the whole "
+             "batch). Writing is `_log_samples` on the run's own rows (median of 20); the iteration is the median of "
+             "the run's `time/rollout_s + time/score_s + time/advantages_s + time/train_s`; the doctor is "
+             "`read_log` of the run without and with its sample file (median of 5).", "",
+             "| run | kept a step | disk a step (64 / 4) | whole file | write a step | share of an iteration | "
+             "doctor without / with samples |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(
+            f"| {r['run']} | {r['kept']} | {r['bytes_per_iteration'] / 1024:.1f} / "
+            f"{r['bytes_per_iteration_at_4'] / 1024:.2f} KiB | "
+            f"{r['bytes_per_iteration'] * r['iterations'] / 2**20:.2f} MiB ({r['iterations']} iterations) | "
+            f"{r['write_s'] * 1e3:.2f} ms | {r['write_s'] / r['iteration_s']:.2%} of {r['iteration_s']:.2f} s | "
+            f"{r['doctor_s_without']:.2f} / {r['doctor_s_with']:.2f} s |")
+    return "\n".join(lines + [END]) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=Path, nargs="+", required=True)
+    parser.add_argument("--doc", type=Path, default=None)
+    args = parser.parse_args()
+    results = [measure(run.resolve()) for run in args.runs]
+    for r in results:
+        print(json.dumps(r))
+    if args.doc is not None:
+        command = "python bench/samples_cost.py --runs " + " ".join(str(r) for r in args.runs)
+        replace_section(args.doc, START, END, render(results, command))
+
+
+if __name__ == "__main__":
+    main()
