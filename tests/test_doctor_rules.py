@@ -302,6 +302,23 @@ def identical_responses():
     return Trace(table_of(records), "identical_responses", 52, tolerance=4)
 
 
+@firing_trace("template_lock_in")
+def template_lock_in():
+    """Openings measured from the samples (text/opening_share) locking in from step 50."""
+    records = healthy_records(7, gold=False)
+    for r in records:
+        r["text/opening_share"] = 0.06 + 0.01 * (r["step"] % 3) if r["step"] < 50 else 0.8
+    return Trace(table_of(records), "template_lock_in", 52, tolerance=4)
+
+
+def test_template_lock_in_is_a_note_while_the_held_out_score_rises():
+    records = healthy_records(7)  # gold rising to the end
+    for r in records:
+        r["text/opening_share"] = 0.06 if r["step"] < 50 else 0.8
+    found = {f.rule: f for f in diagnose(table_of(records)).findings}
+    assert found["template_lock_in"].severity == "low" and "held-out score rose" in found["template_lock_in"].title
+
+
 @firing_trace("reward_hacking_gold")
 def reward_hacking_with_gold():
     records = healthy_records(8)

@@ -44,7 +44,9 @@ def test_opening_share_counts_the_most_common_first_three_words():
     # three open with (the, film, was); one with (a, story, of): 3 / 4
     assert opening_share(texts) == 0.75
     assert opening_share(["a", "b", "c", "d"]) == 0.25
-    assert opening_share([]) == 0.0
+    # texts without a word share no opening: ("!", "", "...") are not a template; (ok) is 1 of 5
+    assert opening_share(["!", "", "...", "ok", "fine"]) == 0.2
+    assert opening_share([]) == 0.0 and opening_share(["", "?"]) == 0.0
 
 
 def test_near_duplicates_by_bigram_resemblance():
@@ -78,11 +80,13 @@ def test_near_duplicates_equal_a_naive_all_pairs_search():
         assert near_duplicate_fraction(texts, threshold) == pytest.approx(naive(threshold))
 
 
-def test_repetition_is_seq_rep_3():
-    # trigrams of "good good good good good": 3, all (good, good, good): 1 - 1/3
-    assert repetition("good good good good good") == pytest.approx(2 / 3)
+def test_repetition_is_seq_rep_2():
+    # bigrams of "good good good good good": 4, all (good, good): 1 - 1/4
+    assert repetition("good good good good good") == pytest.approx(3 / 4)
+    # "was fine was fine ok": (was fine) twice among 4 bigrams, 3 unique: 1 - 3/4
+    assert repetition("was fine was fine ok") == pytest.approx(1 / 4)
     assert repetition("a b c d") == 0.0
-    assert repetition("a b") == 0.0
+    assert repetition("a") == 0.0
 
 
 def test_prompt_copy_counts_response_trigrams_found_in_the_prompt():
@@ -219,7 +223,7 @@ def test_the_cli_reads_samples_with_map_and_writes_the_report(tmp_path):
     log.write_text("".join(json.dumps({"step": s, "kl/mean": 0.1, "reward/proxy_mean": 0.01 * s}) + "\n"
                            for s in range(1, 15)))
     gens = tmp_path / "gens.jsonl"
-    gens.write_text("".join(json.dumps({"it": r["step"] if "step" in r else s, "q": r["input"], "out": r["output"],
+    gens.write_text("".join(json.dumps({"it": s, "q": r["input"], "out": r["output"],
                                         "r": r["score"]}) + "\n"
                             for s in range(1, 15) for r in locked_in_rows(s)))
     result = CliRunner().invoke(app, ["doctor", str(log), "--samples", str(gens), "--map", "it=sample/step",

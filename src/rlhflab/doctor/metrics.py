@@ -47,16 +47,16 @@ TEXT_METRICS: dict[str, Unit] = {
     "text/samples": "count",  # responses measured at the step
     "text/distinct_1": "fraction",  # unique words / words, pooled over the step's responses (Li et al. 2016)
     "text/distinct_2": "fraction",  # unique word bigrams / bigrams, pooled
-    "text/opening_share": "fraction",  # share of responses opening with the step's most common first 3 words
+    "text/opening_share": "fraction",  # share of responses opening with the step's most common first 3 words (of all)
     "text/near_duplicate_frac": "fraction",  # responses whose word bigrams resemble another's (Jaccard >= 0.8)
     "text/identical_frac": "fraction",  # responses with an exact duplicate (same words) that step
-    "text/repetition": "fraction",  # mean seq-rep-3 within a response (Welleck et al. 2019)
+    "text/repetition": "fraction",  # mean seq-rep-2 within a response (Welleck et al. 2019)
     "text/prompt_copy": "fraction",  # mean share of a response's word trigrams found in its prompt
     "text/length_words": "words",  # mean response length
     "text/truncated_frac": "fraction",  # responses cut at the length limit (where the file tells)
     "text/reward_mean": "value",  # mean reward of the measured responses
     "text/reward_length_corr": "value",  # Pearson correlation of reward with length over the step's responses
-    "text/reward_repetition_corr": "value",  # ... with seq-rep-3
+    "text/reward_repetition_corr": "value",  # ... with seq-rep-2
 }
 REWARD_METRICS: dict[str, Unit] = {
     "rm/train_loss": "value", "rm/train_acc": "fraction", "rm/val_acc": "fraction",

@@ -102,7 +102,7 @@ def _onset_samples(table: MetricTable, step: int) -> str:
     if found is None:
         return ""
     openings = "".join(f"<li>{n} of {found.count} ({n / found.count:.0%}) open with "
-                       f"<q>{html.escape(words or '(empty)')}</q></li>" for words, n in found.openings)
+                       f"<q>{html.escape(words)}</q></li>" for words, n in found.openings)
     rows = "".join(f"<tr><td>{label}</td><td>{_signed(s.reward)}</td><td>{_signed(s.gold)}</td>"
                    f"<td>{html.escape(s.prompt)}</td><td>{html.escape(s.response)}</td></tr>"
                    for label, group in (("highest reward", found.highest), ("lowest reward", found.lowest))

@@ -219,28 +219,28 @@ def read_trl(path: Path, mapping: Mapping[str, str] | None = None) -> SampleSet:
     the reward functions' columns (their weights are in GRPOConfig.reward_weights, which
     the files do not hold: 1 each, TRL's default, is assumed and said)."""
     try:
-        import pandas as pd
+        import pyarrow.parquet as parquet
+        from pyarrow import types
     except ImportError:
-        raise SampleFileError(f"{path}: reading TRL's parquet completions needs pandas and pyarrow "
-                              "(pip install pandas pyarrow)") from None
+        raise SampleFileError(f"{path}: reading TRL's parquet completions needs pyarrow (pip install pyarrow)") from None
     files = [path] if path.is_file() else sorted(path.glob("completions_*.parquet"))
     samples: list[Sample] = []
     notes: list[str] = []
     for file in files:
         try:
-            frame = pd.read_parquet(file)
-        except (ImportError, ValueError, OSError) as err:
+            frame = parquet.read_table(file)
+        except (OSError, ValueError) as err:
             raise SampleFileError(f"{file}: cannot read parquet ({err})") from None
-        rows = frame.to_dict("records")
-        reward_columns = [c for c in frame.columns if c not in TRL_NOT_REWARDS
-                          and pd.api.types.is_numeric_dtype(frame[c])]
+        reward_columns = [f.name for f in frame.schema if f.name not in TRL_NOT_REWARDS
+                          and (types.is_integer(f.type) or types.is_floating(f.type))]
+        rows = frame.to_pylist()
         for row in rows:
             parts = [_number(row[c]) for c in reward_columns]
             row["reward"] = sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
         columns = {"step": "step", "prompt": "prompt", "response": "completion", "reward": "reward"}
         samples.extend(samples_of_rows(rows, {**columns, **{o: t for t, o in (mapping or {}).items()}}, str(file)))
         if reward_columns and not notes:
-            notes.append(f"{path}: the reward is the sum of {', '.join(map(str, reward_columns))} (reward weights "
+            notes.append(f"{path}: the reward is the sum of {', '.join(reward_columns)} (reward weights "
                          "of 1 assumed: the completions files do not hold GRPOConfig.reward_weights)")
     return SampleSet(samples, str(path), "trl", notes=notes)
 

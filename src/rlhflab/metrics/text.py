@@ -14,8 +14,9 @@ apostrophes, so punctuation and spacing never make two texts differ.
   documents") at or above a threshold: paraphrase-level copies that exact-match counts miss.
 - ``repetition``: seq-rep-n of Welleck et al. (2019), "Neural Text Generation with
   Unlikelihood Training", sec. 5: 1 - unique n-grams / n-grams of one text. Deviation:
-  n = 3 by default (the paper uses 4 on 1,000-token continuations; responses here are
-  often under 30 words).
+  n = 2 by default (the paper uses 4 on 1,000-token continuations; responses here are
+  often under 30 words, and a reward that likes one word gets "precious precious
+  beautiful precious beautiful", which repeats bigrams long before trigrams).
 - ``prompt_copy``: the share of a response's word n-grams found in its prompt.
 - ``pearson``: the correlation of two lists (reward against length, against repetition).
 """
@@ -34,7 +35,7 @@ OPENING_WORDS = 3
 """Words that make an opening: enough to name a template ("as an ai", "the answer is")."""
 NEAR_DUPLICATE_JACCARD = 0.8
 """Resemblance of word-bigram sets at which two responses count as near-duplicates."""
-REPETITION_N = 3
+REPETITION_N = 2
 """n of seq-rep-n within a response."""
 PROMPT_COPY_N = 3
 """n of the word n-grams a response shares with its prompt."""
@@ -53,16 +54,17 @@ def _ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
 
 def opening_counts(texts: Sequence[str], n: int = OPENING_WORDS) -> Counter:
     """How many texts open with each first-`n`-words tuple (a shorter text is its own
-    opening; an empty one opens with ``()``)."""
-    return Counter(words(t)[:n] for t in texts)
+    opening); texts without a word open with nothing and are not counted."""
+    return Counter(w[:n] for w in map(words, texts) if w)
 
 
 def opening_share(texts: Sequence[str], n: int = OPENING_WORDS) -> float:
     """The share of texts that open with the batch's most common opening: 1/len(texts)
-    when every opening differs, 1 when all share one; 0.0 for an empty batch."""
-    if not texts:
-        return 0.0
-    return max(opening_counts(texts, n).values()) / len(texts)
+    when every opening differs, 1 when all share one. Texts without a word share no
+    opening (empty answers are a length collapse, not a template) but count in the
+    denominator; 0.0 for a batch without words."""
+    counts = opening_counts(texts, n)
+    return max(counts.values()) / len(texts) if counts else 0.0
 
 
 def near_duplicate_fraction(texts: Sequence[str], threshold: float = NEAR_DUPLICATE_JACCARD) -> float:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from rlhflab.doctor import samples as sample_files
 from rlhflab.doctor.findings import Change, Diagnosis, Finding, Fix
 from rlhflab.doctor.formats import (
     areal,
@@ -39,9 +40,7 @@ from rlhflab.doctor.formats import (
     wandb_csv,
     wandb_run,
 )
-from rlhflab.doctor import samples as sample_files
 from rlhflab.doctor.formats.resolver import resolve
-from rlhflab.doctor.sample_measures import attach_samples
 from rlhflab.doctor.formats.spec import (
     CANONICAL,
     Column,
@@ -53,6 +52,7 @@ from rlhflab.doctor.formats.spec import (
     build_table,
     choose_dialect,
 )
+from rlhflab.doctor.sample_measures import attach_samples
 from rlhflab.doctor.table import MetricTable
 
 # Every trainer's vocabulary; containers that do not know their trainer choose among these.

@@ -113,15 +113,23 @@ def reward_spread_collapse(table: MetricTable) -> Detection | None:
 
 
 OPENING_SHARE_LIMIT = Threshold(
-    "OPENING_SHARE_LIMIT", 0.5,
-    "PLACEHOLDER")
+    "OPENING_SHARE_LIMIT", 0.16,
+    "share of a step's responses opening with its most common first 3 words (smoothed); fitted on rlhflab demo runs "
+    "read from their samples (bench/rule_calibration.py; 64 responses a step): healthy seeds peak at 0.028-0.031, "
+    "every run not labelled mode_collapse at 0.087 at most (temperature_mismatch), the runs labelled mode_collapse by "
+    "their distinct-2 curve at 0.287-1.0 (reward_scale_100x, kl_sign_flipped, lr_100x: \"great great great\" opens "
+    "59 of 64); 0.16 is the geometric mean of 0.087 and 0.287, 1.8x from each side. Checked on TRL GRPO/RLOO runs of "
+    "the world it was not fitted on (32 responses a step): healthy 0.042-0.062, the runs not labelled mode_collapse "
+    "0.094 at most, the one labelled mode_collapse (RLOO at 30x the learning rate) 0.271")
 OPENING_SHARE_RISE = Threshold(
-    "OPENING_SHARE_RISE", 0.25,
-    "PLACEHOLDER")
+    "OPENING_SHARE_RISE", 0.13,
+    "rise of that share over the run's own start, for runs whose answers already share an opening at the start "
+    "(a chat template): fitted on the same rlhflab runs, which rise 0.068 at most when not labelled mode_collapse and "
+    "0.271 at least when labelled so (0.13, their geometric mean); TRL runs not fitted on: 0.031 at most, and 0.229")
 
 
 @rule("template_lock_in", "mode_collapse", requires=("text/opening_share",),
-      thresholds=(OPENING_SHARE_LIMIT, OPENING_SHARE_RISE),
+      thresholds=(OPENING_SHARE_LIMIT, OPENING_SHARE_RISE, GOLD_HELD),
       causes=(causes.kl_control, causes.step_size, causes.exploitable_reward_model, causes.narrow_prompts),
       clues=COLLAPSE_CLUES + (LARGE_UPDATES,))
 def template_lock_in(table: MetricTable) -> Detection | None:
@@ -136,9 +144,10 @@ def template_lock_in(table: MetricTable) -> Detection | None:
         return None
     at_onset = samples_at(table.samples, share.steps[onset], k=1)
     opening = f" (\"{at_onset.openings[0][0]} ...\")" if at_onset is not None and at_onset.openings else ""
-    return Detection(f"template lock-in: {share.values[-1]:.0%} of the responses open with the same words{opening}",
-                     "high", share.steps[onset],
+    found = Detection(f"template lock-in: {share.values[-1]:.0%} of the responses open with the same words{opening}",
+                      "medium", share.steps[onset],
                      (evidence("text/opening_share", share, onset,
                                f"smoothed share of responses opening with the step's most common first 3 words > "
                                f"max({OPENING_SHARE_LIMIT.value}, start + {OPENING_SHARE_RISE.value}) = {limit:.3g}",
                                OPENING_SHARE_LIMIT.source),))
+    return unless_gold_rises(table, found, "a format the task rewards, not a collapse")
