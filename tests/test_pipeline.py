@@ -50,7 +50,14 @@ def test_run_directory_layout(smoke_run: RunDir):
         for key in keys:
             assert any(key in r for r in records), f"{stage} never logged {key}"
     samples = read_jsonl(smoke_run.samples("ppo"))
-    assert samples and set(samples[0]) == {"step", "prompt", "response", "proxy", "gold"}
+    assert samples and set(samples[0]) == {"step", "prompt", "response", "proxy", "gold", "ended"}
+    # every response of each batch is kept (smoke: 32 a batch, 64 kept at most), in the batch's
+    # order: their mean proxy and EOS rate are the iteration's logged ones
+    config = load_config("smoke")
+    assert len(samples) == config.ppo.iterations * min(config.ppo.batch_size, config.ppo.samples_per_iteration)
+    for record in read_jsonl(smoke_run.metrics("ppo")):
+        rows = [s for s in samples if s["step"] == record["step"]]
+        assert sum(s["ended"] for s in rows) / len(rows) == pytest.approx(record["response/eos_rate"])
 
 
 def test_ppo_metrics_follow_the_schema(smoke_run: RunDir):

@@ -57,6 +57,7 @@ TEXT_METRICS: dict[str, Unit] = {
     "text/reward_mean": "value",  # mean reward of the measured responses
     "text/reward_length_corr": "value",  # Pearson correlation of reward with length over the step's responses
     "text/reward_repetition_corr": "value",  # ... with seq-rep-2
+    "text/reward_gold_corr": "value",  # ... with the samples' gold, where they carry one: the proxy tracking the truth
 }
 REWARD_METRICS: dict[str, Unit] = {
     "rm/train_loss": "value", "rm/train_acc": "fraction", "rm/val_acc": "fraction",

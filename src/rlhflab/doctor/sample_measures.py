@@ -85,7 +85,11 @@ def step_measures(samples: list[Sample]) -> dict[str, float]:
     if len(rewarded) == len(samples):
         rewards = [r for r, _, _ in rewarded]
         measures["text/reward_mean"] = mean(rewards)
-        for name, other in (("text/reward_length_corr", lengths), ("text/reward_repetition_corr", reps)):
+        golds = [s.gold for s in samples]
+        pairs = [("text/reward_length_corr", lengths), ("text/reward_repetition_corr", reps)]
+        if all(g is not None for g in golds):
+            pairs.append(("text/reward_gold_corr", golds))
+        for name, other in pairs:
             corr = pearson(rewards, other)
             if math.isfinite(corr):
                 measures[name] = corr
