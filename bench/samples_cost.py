@@ -5,8 +5,8 @@ time, and the doctor's time to measure a sample file, on runs that kept the defa
         [--doc docs/benchmarks.md]
 
 For each run: bytes per iteration of `samples/ppo.jsonl` at 64 a step and at 4 (the old
-default: its first 4 rows of each step, rewritten); the seconds `_log_samples` takes to
-write one iteration's rows (median of 20 repeats, the run's own rows, from an in-memory
+default: its first 4 rows of each step, rewritten); the seconds `sample_rows` and `append_jsonl` take
+to write one iteration's rows (median of 20 repeats, the run's own rows, from an in-memory
 rollout), against the run's seconds per PPO iteration; the doctor's seconds to read the
 run without its samples and with them (median of 5).
 """
@@ -38,8 +38,8 @@ def median_seconds(work, repeats: int) -> float:
 
 def measure(run: Path) -> dict:
     from rlhflab.doctor.formats import read_log
-    from rlhflab.ppo.run import _log_samples
-    from rlhflab.runs import RunDir, read_jsonl
+    from rlhflab.ppo.run import sample_rows
+    from rlhflab.runs import RunDir, append_jsonl, read_jsonl
 
     rows = read_jsonl(run / "samples" / "ppo.jsonl")
     metrics = read_jsonl(run / "metrics" / "ppo.jsonl")
@@ -51,7 +51,7 @@ def measure(run: Path) -> dict:
     gold = [r.get("gold", 0.0) for r in first]
     with tempfile.TemporaryDirectory() as scratch:
         target = RunDir(Path(scratch))
-        write_s = median_seconds(lambda: _log_samples(target, 0, rollout, gold, kept), 20)
+        write_s = median_seconds(lambda: append_jsonl(target.samples("ppo"), sample_rows(0, rollout, gold, kept)), 20)
     lines = (run / "samples" / "ppo.jsonl").read_text(encoding="utf-8").splitlines()
     by_step: dict[int, list[str]] = {}
     for line, row in zip(lines, rows):
@@ -71,8 +71,9 @@ def measure(run: Path) -> dict:
 def render(results: list[dict], command: str) -> str:
     lines = [START, "## Keeping samples: `ppo.samples_per_iteration`", "",
              f"Command: `{command}` (2-core CPU; demo runs that kept the default 64 responses a step, the whole "
-             "batch). Writing is `_log_samples` on the run's own rows (median of 20); the iteration is the median of "
-             "the run's `time/rollout_s + time/score_s + time/advantages_s + time/train_s`; the doctor is "
+             "batch). Writing is `sample_rows` and `append_jsonl` on the run's own rows (median of 20); the "
+             "iteration is the median of the run's `time/rollout_s + time/score_s + time/advantages_s + "
+             "time/train_s`; the doctor is "
              "`read_log` of the run without and with its sample file (median of 5).", "",
              "| run | kept a step | disk a step (64 / 4) | whole file | write a step | share of an iteration | "
              "doctor without / with samples |", "|---|---|---|---|---|---|---|"]

@@ -81,3 +81,25 @@ def test_kl_coef_zero_samples_show_the_hacking_the_rules_report(demo_runs):
     assert d1_end > 0.8 * d1_start and length_end < 1.2 * length_start
     assert min(smooth(calm.get("text/reward_gold_corr").values, 5)) > 0.5
     assert max(calm.get("text/opening_share").values) < 0.16
+
+
+def test_the_live_doctor_reads_the_samples_and_stops_on_template_lock_in():
+    """`ppo.stop_on=template_lock_in`: the live doctor measures the rows each iteration
+    keeps, as the doctor reads samples/ppo.jsonl afterwards."""
+    from types import SimpleNamespace
+
+    from rlhflab.ppo.run import LiveDoctor
+
+    config = load_config("smoke", overrides=["ppo.stop_on=template_lock_in", "ppo.doctor_every=5"])
+    state = SimpleNamespace(reward=SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(to_dict=dict))))
+    watch = LiveDoctor(config, state)
+    stopped = None
+    for step in range(40):
+        metrics = {"reward/proxy_mean": 0.01 * step, "kl/mean": 0.1, "policy/entropy": 2.0}
+        rows = [{"step": step, "prompt": f"p{i}", "proxy": 0.0, "ended": True,
+                 "response": "it was absolutely great" if step >= 12 and i < 24 else f"the plot {i} had {step} turns"}
+                for i in range(32)]
+        stopped = watch.observe(step, metrics, rows)
+        if stopped is not None:
+            break
+    assert stopped is not None and stopped.rule == "template_lock_in" and 12 <= step < 30

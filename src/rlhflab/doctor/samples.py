@@ -166,13 +166,16 @@ def read_table(path: Path, mapping: Mapping[str, str] | None = None) -> SampleSe
 
 
 # --- rlhflab -------------------------------------------------------------------------------
+# Sample field -> the key rlhflab's ppo/run.py writes it under.
+RLHFLAB_SAMPLE_COLUMNS = {"step": "step", "prompt": "prompt", "response": "response", "reward": "proxy",
+                          "gold": "gold", "ended": "ended"}
+
+
 def read_rlhflab(path: Path, mapping: Mapping[str, str] | None = None) -> SampleSet:
     """`RUN/samples/ppo.jsonl` (or the run directory)."""
     path = path / "samples" / "ppo.jsonl" if path.is_dir() else path
     rows = _read_rows(path)
-    columns = {"step": "step", "prompt": "prompt", "response": "response", "reward": "proxy", "gold": "gold",
-               "ended": "ended"}
-    return SampleSet(samples_of_rows(rows, columns, str(path)), str(path), "rlhflab")
+    return SampleSet(samples_of_rows(rows, RLHFLAB_SAMPLE_COLUMNS, str(path)), str(path), "rlhflab")
 
 
 # --- veRL ----------------------------------------------------------------------------------

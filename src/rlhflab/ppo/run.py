@@ -25,6 +25,8 @@ from rlhflab.doctor.diagnose import diagnose, write_diagnosis
 from rlhflab.doctor.formats.rlhflab import FORMAT as RLHFLAB_FORMAT
 from rlhflab.doctor.formats.rlhflab import reward_train_max, settings_from_config
 from rlhflab.doctor.formats.spec import RawLog, UserMapping, build_table
+from rlhflab.doctor.sample_measures import attach_samples
+from rlhflab.doctor.samples import RLHFLAB_SAMPLE_COLUMNS, SampleSet, samples_of_rows
 from rlhflab.models.precision import use_bf16
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.evaluation import evaluate_policy
@@ -68,14 +70,15 @@ def run_ppo(
     if resume and has_checkpoint(checkpoint_dir):
         point = load_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller)
         records = read_jsonl(run.metrics("ppo"))[: point.metrics_lines]
-        cluster.barrier()  # every process has read the file before the first one cuts it
+        kept = read_jsonl(run.samples("ppo"))[: point.samples_lines] if run.samples("ppo").is_file() else []
+        cluster.barrier()  # every process has read the files before the first one cuts them
         if writer:
             truncate_lines(run.metrics("ppo"), point.metrics_lines)
             truncate_lines(run.samples("ppo"), point.samples_lines)
             console.print(f"resuming PPO at iteration {point.next_step} from {checkpoint_dir}")
         before, first = point.before, point.next_step
     else:
-        before, first, records = evaluate(state.policy.lm), 0, []
+        before, first, records, kept = evaluate(state.policy.lm), 0, [], []
         if writer:
             run.samples("ppo").unlink(missing_ok=True)
 
@@ -85,7 +88,7 @@ def run_ppo(
                         ResumePoint(next_step, *lines, before), cluster)
 
     logger = stage_logger(run, "ppo", append=first > 0, writer=writer)
-    watch = LiveDoctor(config, state, records)
+    watch = LiveDoctor(config, state, records, kept)
     stopped, step = None, first - 1
     with StopSignals() as signals, progress_bar("stage 3 ppo", cfg.iterations, show_progress, first) as bar:
         for step in range(first, cfg.iterations):
@@ -95,12 +98,13 @@ def run_ppo(
             if gold is not None:
                 metrics["reward/gold_mean"] = sum(gold) / len(gold)
             logger.log(step, metrics)
+            samples = sample_rows(step, rollout, gold, cfg.samples_per_iteration)
             if writer:
-                _log_samples(run, step, rollout, gold, cfg.samples_per_iteration)
+                append_jsonl(run.samples("ppo"), samples)
             bar.advance(info=f"proxy {metrics['reward/proxy_mean']:+.2f}"
                              + (f" gold {metrics['reward/gold_mean']:+.2f}" if gold is not None else "")
                              + f" kl {metrics['kl/mean']:.2f}")
-            stopped = watch.observe(step, metrics)
+            stopped = watch.observe(step, metrics, samples)
             if stopped is not None or signals.received or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
                 checkpoint(step + 1)
             if signals.received:
@@ -158,10 +162,12 @@ class LiveDoctor:
     and returns the first finding whose rule is in `ppo.stop_on`; and stops the run after
     `ppo.max_nonfinite_iterations` iterations in a row with a skipped (non-finite) update."""
 
-    def __init__(self, config: PipelineConfig, state: PPOState, records: list[dict] | None = None) -> None:
+    def __init__(self, config: PipelineConfig, state: PPOState, records: list[dict] | None = None,
+                 samples: list[dict] | None = None) -> None:
         self.config, self.state = config, state
         self.stop_on = set(stop_rules(config.ppo))
         self.records: list[dict] = list(records or [])
+        self.samples: list[dict] = list(samples or [])  # the rows of samples/ppo.jsonl so far (every process has them)
         self.last_diagnosis = None
         # What the doctor reads of a run's config.toml, from the config itself.
         self.settings = settings_from_config(asdict(config))
@@ -169,8 +175,9 @@ class LiveDoctor:
         if limit is not None:
             self.settings["reward_train_max"] = limit
 
-    def observe(self, step: int, metrics: dict[str, float]):
+    def observe(self, step: int, metrics: dict[str, float], samples: list[dict] = ()):
         self.records.append({"step": step, **metrics})
+        self.samples.extend(samples)
         limit = self.config.ppo.max_nonfinite_iterations
         recent = self.records[-limit:]
         if len(recent) == limit and all(r.get("guard/skipped_updates", 0) for r in recent):
@@ -182,6 +189,9 @@ class LiveDoctor:
     def _diagnose(self):
         # The metrics so far, read as the doctor reads the run's files afterwards.
         table = build_table(RawLog(self.records, self.settings), RLHFLAB_FORMAT, UserMapping(), "live")
+        if self.samples:
+            attach_samples(table, [SampleSet(samples_of_rows(self.samples, RLHFLAB_SAMPLE_COLUMNS, "live"), "live",
+                                             "rlhflab")])
         self.last_diagnosis = diagnose(table)
         return self.last_diagnosis
 
@@ -198,10 +208,11 @@ class LiveDoctor:
                       f"(rule {finding.rule}); checkpoint in {run.checkpoints / 'stopped'}")
 
 
-def _log_samples(run: RunDir, step: int, rollout: Rollout, gold: list[float] | None, n: int) -> None:
-    append_jsonl(run.samples("ppo"), [
+def sample_rows(step: int, rollout: Rollout, gold: list[float] | None, n: int) -> list[dict]:
+    """The first `n` responses of the batch as rows of samples/ppo.jsonl."""
+    return [
         {"step": step, "prompt": rollout.prompts[i], "response": rollout.responses[i],
          "proxy": float(rollout.proxy[i]), "ended": bool(rollout.has_eos[i])}
         | ({"gold": gold[i]} if gold is not None else {})
         for i in range(min(n, len(rollout.prompts)))
-    ])
+    ]
