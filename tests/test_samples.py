@@ -210,6 +210,8 @@ def test_any_table_with_map_and_clear_errors(tmp_path):
     assert len(sample_set.samples) == 60 and sample_set.samples[21].reward == 1.0 and sample_set.samples[21].step == 1
     with pytest.raises(LogFormatError, match="no completion column"):
         read_samples(path)
+    with pytest.raises(LogFormatError, match="no step column.*sample/step"):
+        read_samples(path, {"text": "response"})
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"step": 1, "completion": "a"}\n{"step": "x", "completion": "b"}\n')
     with pytest.raises(LogFormatError, match=r"bad.jsonl:2: step 'x'"):

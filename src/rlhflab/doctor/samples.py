@@ -123,17 +123,18 @@ def resolve_columns(names: list[str], mapping: Mapping[str, str], where: str) ->
             hit = next((lowered[c] for c in candidates if c in lowered), None)
             if hit is not None and hit not in found.values():
                 found[key] = hit
-    if "response" not in found:
-        raise SampleFileError(f"{where}: no completion column among {', '.join(names) or 'no columns'}; expected one "
-                              f"of {', '.join(COLUMN_NAMES['response'])}, or name it with --map THEIRS=sample/response")
+    for key, what in (("response", "completion"), ("step", "step")):
+        if key not in found:
+            raise SampleFileError(f"{where}: no {what} column among {', '.join(names) or 'no columns'}; expected one "
+                                  f"of {', '.join(COLUMN_NAMES[key])}, or name it with --map THEIRS=sample/{key}")
     return found
 
 
 def samples_of_rows(rows: list[dict], columns: dict[str, str], where: str, start_line: int = 1) -> list[Sample]:
-    """Samples from parsed rows; a row without a step takes its index."""
+    """Samples from parsed rows (`columns`: sample field -> the rows' key)."""
     samples = []
     for index, row in enumerate(rows):
-        step_value = row.get(columns["step"]) if "step" in columns else index
+        step_value = row.get(columns["step"])
         step = _number(step_value)
         if step is None:
             raise SampleFileError(f"{where}:{start_line + index}: step {step_value!r} is not a number")
