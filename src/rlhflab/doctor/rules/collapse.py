@@ -120,7 +120,9 @@ OPENING_SHARE_LIMIT = Threshold(
     "their distinct-2 curve at 0.287-1.0 (reward_scale_100x, kl_sign_flipped, lr_100x: \"great great great\" opens "
     "59 of 64); 0.16 is the geometric mean of 0.087 and 0.287, 1.8x from each side. Checked on TRL GRPO/RLOO runs of "
     "the world it was not fitted on (32 responses a step): healthy 0.042-0.062, the runs not labelled mode_collapse "
-    "0.094 at most, the one labelled mode_collapse (RLOO at 30x the learning rate) 0.271")
+    "0.094 at most, the one labelled mode_collapse (RLOO at 30x the learning rate) 0.271; and on rlhflab's kl_coef=0 "
+    "runs at 3x the iterations (bench/pipeline_targets.py, labelled mode_collapse): 0.29-0.61 (\"happy happy happy\"), "
+    "its adaptive-KL runs 0.025-0.031")
 OPENING_SHARE_RISE = Threshold(
     "OPENING_SHARE_RISE", 0.13,
     "rise of that share over the run's own start, for runs whose answers already share an opening at the start "
