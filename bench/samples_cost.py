@@ -4,6 +4,9 @@ time, and the doctor's time to measure a sample file, on runs that kept the defa
     python bench/samples_cost.py --runs runs/faults-bench/healthy-seed0 runs/faults-bench/healthy-seed1
         [--doc docs/benchmarks.md]
 
+And the doctor's time to read and measure a veRL-sized dump: 200 steps of 512 responses
+of 150 words (random words of a 2,000-word vocabulary, seeded), each step measured on 256.
+
 For each run: bytes per iteration of `samples/ppo.jsonl` at 64 a step and at 4 (the old
 default: its first 4 rows of each step, rewritten); the seconds `sample_rows` and `append_jsonl` take
 to write one iteration's rows (median of 20 repeats, the run's own rows, from an in-memory
@@ -68,7 +71,25 @@ def measure(run: Path) -> dict:
             "doctor_s_with": with_samples}
 
 
-def render(results: list[dict], command: str) -> str:
+def measure_large_dump(steps: int = 200, per_step: int = 512, words: int = 150) -> dict:
+    """Seconds to read and measure a synthetic veRL rollout dump (median of 3)."""
+    import random
+
+    from rlhflab.doctor.sample_measures import measure as measure_set
+    from rlhflab.doctor.samples import read_samples
+
+    rng = random.Random(0)
+    vocab = [f"w{i}" for i in range(2000)]
+    with tempfile.TemporaryDirectory() as scratch:
+        for step in range(1, steps + 1):
+            lines = [json.dumps({"input": f"question {i}", "output": " ".join(rng.choices(vocab, k=words)),
+                                 "gts": None, "score": rng.random(), "step": step}) for i in range(per_step)]
+            (Path(scratch) / f"{step}.jsonl").write_text("\n".join(lines) + "\n")
+        seconds = median_seconds(lambda: measure_set(read_samples(Path(scratch))), 3)
+    return {"steps": steps, "per_step": per_step, "words": words, "seconds": seconds}
+
+
+def render(results: list[dict], large: dict, command: str) -> str:
     lines = [START, "## Keeping samples: `ppo.samples_per_iteration`", "",
              f"Command: `{command}` (2-core CPU; demo runs that kept the default 64 responses a step, the whole "
              "batch). Writing is `sample_rows` and `append_jsonl` on the run's own rows (median of 20); the "
@@ -84,6 +105,9 @@ def render(results: list[dict], command: str) -> str:
             f"{r['bytes_per_iteration'] * r['iterations'] / 2**20:.2f} MiB ({r['iterations']} iterations) | "
             f"{r['write_s'] * 1e3:.2f} ms | {r['write_s'] / r['iteration_s']:.2%} of {r['iteration_s']:.2f} s | "
             f"{r['doctor_s_without']:.2f} / {r['doctor_s_with']:.2f} s |")
+    lines += ["", f"A veRL-sized dump ({large['steps']} steps of {large['per_step']} responses of {large['words']} "
+              f"words, random words, each step measured on 256): read and measured in {large['seconds']:.1f} s "
+              "(median of 3)."]
     return "\n".join(lines + [END]) + "\n"
 
 
@@ -93,11 +117,12 @@ def main() -> None:
     parser.add_argument("--doc", type=Path, default=None)
     args = parser.parse_args()
     results = [measure(run.resolve()) for run in args.runs]
-    for r in results:
+    large = measure_large_dump()
+    for r in results + [large]:
         print(json.dumps(r))
     if args.doc is not None:
         command = "python bench/samples_cost.py --runs " + " ".join(str(r) for r in args.runs)
-        replace_section(args.doc, START, END, render(results, command))
+        replace_section(args.doc, START, END, render(results, large, command))
 
 
 if __name__ == "__main__":

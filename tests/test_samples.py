@@ -58,13 +58,16 @@ def test_near_duplicates_by_bigram_resemblance():
     assert near_duplicate_fraction([a]) == 0.0
 
 
-def test_near_duplicates_equal_a_naive_all_pairs_search():
+@pytest.mark.parametrize("vocabulary,seed", [(12, 0), (40, 1), (400, 2)])
+def test_near_duplicates_equal_a_naive_all_pairs_search(vocabulary, seed):
+    """The prefix-filtered search against every pair compared (small vocabularies give
+    many near pairs, large ones few: both sides of the filter)."""
     import random
 
-    rng = random.Random(0)
-    vocab = [f"w{i}" for i in range(12)]
-    texts = [" ".join(rng.choice(vocab) for _ in range(rng.randint(0, 9))) for _ in range(120)]
-    texts += [t + " w1" for t in texts[:20]]  # near copies of different sizes
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(vocabulary)]
+    texts = [" ".join(rng.choice(vocab) for _ in range(rng.randint(0, 14))) for _ in range(120)]
+    texts += [t + " w1" for t in texts[:20]] + [" ".join(t.split()[1:]) for t in texts[20:30]]  # near copies
 
     def shingles(text):
         w = text.split()
@@ -76,8 +79,8 @@ def test_near_duplicates_equal_a_naive_all_pairs_search():
                    for i, a in enumerate(sets)]
         return sum(flagged) / len(texts)
 
-    for threshold in (0.5, 0.8, 1.0):
-        assert near_duplicate_fraction(texts, threshold) == pytest.approx(naive(threshold))
+    for threshold in (0.3, 0.5, 0.8, 1.0):
+        assert near_duplicate_fraction(texts, threshold) == pytest.approx(naive(threshold)), threshold
 
 
 def test_repetition_is_seq_rep_2():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import mean
+from statistics import fmean
 
 from rlhflab.doctor.metrics import EVAL_PREFIX
 from rlhflab.doctor.samples import Sample, SampleSet
@@ -63,20 +63,19 @@ def evenly(samples: list[Sample], n: int) -> list[Sample]:
 
 def step_measures(samples: list[Sample]) -> dict[str, float]:
     """The `text/*` measures of one step's responses (doctor/metrics.py's TEXT_METRICS)."""
-    responses = [s.response for s in samples]
-    tokenised = [words(r) for r in responses]
-    reps = [repetition(r) for r in responses]
+    tokenised = [words(s.response) for s in samples]  # split once, measured several ways
+    reps = [repetition(w) for w in tokenised]
     lengths = [float(len(w)) for w in tokenised]
     measures = {
         "text/samples": float(len(samples)),
         "text/distinct_1": distinct_n(tokenised, 1),
         "text/distinct_2": distinct_n(tokenised, 2),
-        "text/opening_share": opening_share(responses),
-        "text/near_duplicate_frac": near_duplicate_fraction(responses),
+        "text/opening_share": opening_share(tokenised),
+        "text/near_duplicate_frac": near_duplicate_fraction(tokenised),
         "text/identical_frac": identical_fraction(tokenised),
-        "text/repetition": mean(reps),
-        "text/prompt_copy": mean(prompt_copy(s.prompt, s.response) for s in samples),
-        "text/length_words": mean(lengths),
+        "text/repetition": fmean(reps),
+        "text/prompt_copy": fmean(prompt_copy(s.prompt, w) for s, w in zip(samples, tokenised)),
+        "text/length_words": fmean(lengths),
     }
     ended = [s.ended for s in samples if s.ended is not None]
     if len(ended) == len(samples):
@@ -84,7 +83,7 @@ def step_measures(samples: list[Sample]) -> dict[str, float]:
     rewarded = [(s.reward, length, rep) for s, length, rep in zip(samples, lengths, reps) if s.reward is not None]
     if len(rewarded) == len(samples):
         rewards = [r for r, _, _ in rewarded]
-        measures["text/reward_mean"] = mean(rewards)
+        measures["text/reward_mean"] = fmean(rewards)
         golds = [s.gold for s in samples]
         pairs = [("text/reward_length_corr", lengths), ("text/reward_repetition_corr", reps)]
         if all(g is not None for g in golds):

@@ -48,17 +48,25 @@ def words(text: str) -> tuple[str, ...]:
     return tuple(_WORD.findall(text.casefold()))
 
 
+Text = str | tuple[str, ...]
+"""A text, or its words already split by `words` (a batch is split once, then measured)."""
+
+
+def _as_words(text: Text) -> tuple[str, ...]:
+    return text if isinstance(text, tuple) else words(text)
+
+
 def _ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
     return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
 
 
-def opening_counts(texts: Sequence[str], n: int = OPENING_WORDS) -> Counter:
+def opening_counts(texts: Sequence[Text], n: int = OPENING_WORDS) -> Counter:
     """How many texts open with each first-`n`-words tuple (a shorter text is its own
     opening); texts without a word open with nothing and are not counted."""
-    return Counter(w[:n] for w in map(words, texts) if w)
+    return Counter(w[:n] for w in map(_as_words, texts) if w)
 
 
-def opening_share(texts: Sequence[str], n: int = OPENING_WORDS) -> float:
+def opening_share(texts: Sequence[Text], n: int = OPENING_WORDS) -> float:
     """The share of texts that open with the batch's most common opening: 1/len(texts)
     when every opening differs, 1 when all share one. Texts without a word share no
     opening (empty answers are a length collapse, not a template) but count in the
@@ -67,51 +75,64 @@ def opening_share(texts: Sequence[str], n: int = OPENING_WORDS) -> float:
     return max(counts.values()) / len(texts) if counts else 0.0
 
 
-def near_duplicate_fraction(texts: Sequence[str], threshold: float = NEAR_DUPLICATE_JACCARD) -> float:
+def near_duplicate_fraction(texts: Sequence[Text], threshold: float = NEAR_DUPLICATE_JACCARD) -> float:
     """The share of texts whose word-bigram set has Jaccard resemblance >= `threshold`
     with another text's (Broder 1997). Exact duplicates count; a text of fewer than two
-    words is compared by its words. At worst O(B^2) in the batch size B.
+    words is compared by its words, two texts without a word are the same text.
+
+    Exact, and fast on varied batches: the prefix filter of AllPairs (Bayardo et al. 2007,
+    "Scaling up all pairs similarity search", sec. 4). Sets are ordered rarest element
+    first; a pair with J >= t shares at least ceil(t x |A|) elements of A, so the first
+    shared element lies in A's first |A| - ceil(t x |A|) + 1 elements, and in B's likewise:
+    only pairs whose prefixes meet are compared.
 
     Returns:
         A float in [0, 1]; 0.0 for fewer than two texts.
     """
+    if len(texts) < 2:
+        return 0.0
     shingles = []
     for text in texts:
-        w = words(text)
+        w = _as_words(text)
         shingles.append(frozenset(_ngrams(w, 2)) if len(w) >= 2 else frozenset((x,) for x in w))
+    frequency = Counter(g for s in shingles for g in s)
     flagged = [False] * len(shingles)
-    # Jaccard(a, b) <= |a| / |b| for |a| <= |b|: in order of size, a text is compared only
-    # with the texts not too much larger than it (Broder's resemblance needs similar sizes).
-    order = sorted(range(len(shingles)), key=lambda i: len(shingles[i]))
-    for position, i in enumerate(order):
-        a = shingles[i]
-        for j in order[position + 1:]:
+    empty = [i for i, s in enumerate(shingles) if not s]
+    if len(empty) >= 2:
+        for i in empty:
+            flagged[i] = True
+    index: dict[tuple, list[int]] = {}
+    for i, a in enumerate(shingles):
+        if not a:
+            continue
+        ordered = sorted(a, key=lambda g: (frequency[g], g))
+        prefix = ordered[:len(a) - math.ceil(threshold * len(a) - 1e-9) + 1]
+        candidates = {j for g in prefix for j in index.get(g, ())}
+        for j in candidates:
             b = shingles[j]
-            if len(a) < threshold * len(b):
-                break
             if flagged[i] and flagged[j]:
                 continue
-            union = len(a | b)
-            similarity = len(a & b) / union if union else 1.0  # two empty texts are the same text
-            if similarity >= threshold:
+            if len(a & b) >= threshold * len(a | b) - 1e-12:
                 flagged[i] = flagged[j] = True
-    return sum(flagged) / len(texts) if len(texts) >= 2 else 0.0
+        for g in prefix:
+            index.setdefault(g, []).append(i)
+    return sum(flagged) / len(texts)
 
 
-def repetition(text: str, n: int = REPETITION_N) -> float:
+def repetition(text: Text, n: int = REPETITION_N) -> float:
     """seq-rep-n (Welleck et al. 2019): 1 - unique n-grams / n-grams of the text's words;
     0.0 for a text of fewer than n words."""
-    grams = _ngrams(words(text), n)
+    grams = _ngrams(_as_words(text), n)
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
 
-def prompt_copy(prompt: str, response: str, n: int = PROMPT_COPY_N) -> float:
+def prompt_copy(prompt: Text, response: Text, n: int = PROMPT_COPY_N) -> float:
     """The share of the response's word n-grams that also occur in the prompt; 0.0 for a
     response of fewer than n words."""
-    grams = _ngrams(words(response), n)
+    grams = _ngrams(_as_words(response), n)
     if not grams:
         return 0.0
-    in_prompt = set(_ngrams(words(prompt), n))
+    in_prompt = set(_ngrams(_as_words(prompt), n))
     return sum(g in in_prompt for g in grams) / len(grams)
 
 
