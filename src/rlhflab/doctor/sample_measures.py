@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import fmean
 
 from rlhflab.doctor.metrics import EVAL_PREFIX
@@ -95,6 +96,13 @@ def step_measures(samples: list[Sample]) -> dict[str, float]:
     return measures
 
 
+@lru_cache(maxsize=4096)
+def _step_measures_of(group: tuple[Sample, ...]) -> dict[str, float]:
+    """`step_measures`, remembered: `--follow` and the live callback read the same steps
+    again at every look, and a step's samples never change once written."""
+    return step_measures(list(group))
+
+
 def by_step(samples: list[Sample]) -> dict[int, list[Sample]]:
     steps: dict[int, list[Sample]] = {}
     for s in samples:
@@ -110,7 +118,7 @@ def measure(sample_set: SampleSet) -> tuple[dict[str, Series], list[str]]:
     for step, group in sorted(steps.items()):
         if len(group) < MIN_SAMPLES_PER_STEP:
             continue
-        for name, value in step_measures(evenly(group, MAX_SAMPLES_PER_STEP)).items():
+        for name, value in _step_measures_of(tuple(evenly(group, MAX_SAMPLES_PER_STEP))).items():
             columns.setdefault(name, []).append((step, value))
     notes = []
     if thin:
