@@ -41,6 +41,7 @@ def median_seconds(work, repeats: int) -> float:
 
 def measure(run: Path) -> dict:
     from rlhflab.doctor.formats import read_log
+    from rlhflab.doctor.sample_measures import _step_measures_of
     from rlhflab.ppo.run import sample_rows
     from rlhflab.runs import RunDir, append_jsonl, read_jsonl
 
@@ -64,7 +65,7 @@ def measure(run: Path) -> dict:
     iteration_s = statistics.median(m.get("time/rollout_s", 0) + m.get("time/score_s", 0)
                                     + m.get("time/advantages_s", 0) + m.get("time/train_s", 0) for m in metrics)
     without = median_seconds(lambda: read_log(run, find_samples=False), 5)
-    with_samples = median_seconds(lambda: read_log(run), 5)
+    with_samples = median_seconds(lambda: (_step_measures_of.cache_clear(), read_log(run)), 5)  # cold each time
     return {"run": str(run.relative_to(ROOT) if run.is_relative_to(ROOT) else run), "kept": kept,
             "iterations": len(steps), "bytes_per_iteration": bytes_all, "bytes_per_iteration_at_4": bytes_four,
             "write_s": write_s, "iteration_s": iteration_s, "doctor_s_without": without,
@@ -75,6 +76,7 @@ def measure_large_dump(steps: int = 200, per_step: int = 512, words: int = 150) 
     """Seconds to read and measure a synthetic veRL rollout dump (median of 3)."""
     import random
 
+    from rlhflab.doctor.sample_measures import _step_measures_of
     from rlhflab.doctor.sample_measures import measure as measure_set
     from rlhflab.doctor.samples import read_samples
 
@@ -85,7 +87,7 @@ def measure_large_dump(steps: int = 200, per_step: int = 512, words: int = 150) 
             lines = [json.dumps({"input": f"question {i}", "output": " ".join(rng.choices(vocab, k=words)),
                                  "gts": None, "score": rng.random(), "step": step}) for i in range(per_step)]
             (Path(scratch) / f"{step}.jsonl").write_text("\n".join(lines) + "\n")
-        seconds = median_seconds(lambda: measure_set(read_samples(Path(scratch))), 3)
+        seconds = median_seconds(lambda: (_step_measures_of.cache_clear(), measure_set(read_samples(Path(scratch)))), 3)
     return {"steps": steps, "per_step": per_step, "words": words, "seconds": seconds}
 
 
