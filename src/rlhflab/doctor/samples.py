@@ -74,7 +74,7 @@ def _text(value: Any) -> str:
         return value
     if isinstance(value, dict):
         return _text(value.get("content", ""))
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "ndarray":
+    if isinstance(value, (list, tuple)):
         return "\n".join(_text(v) for v in value)
     return str(value)
 
