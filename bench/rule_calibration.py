@@ -92,6 +92,11 @@ def signals(table: MetricTable) -> dict:
         out["opening_share_start"] = baseline(share.values, w)
         out["opening_share_max"] = max(smooth(share.values, w))
         out["samples_per_step"] = statistics.median(table.get("text/samples").values)
+    corr = table.get("text/reward_gold_corr")  # docs/metrics.md: the proxy tracking the truth over a step's samples
+    if corr is not None and len(corr) >= 3:
+        w = window(len(corr))
+        out["reward_gold_corr_start"] = baseline(corr.values, w)
+        out["reward_gold_corr_end"] = smooth(corr.values, w)[-1]
     grad = table.get("policy/grad_norm")
     if grad is not None and len(grad) >= 4:
         half = grad.values[len(grad) // 2:]

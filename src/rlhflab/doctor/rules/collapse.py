@@ -117,11 +117,10 @@ OPENING_SHARE_LIMIT = Threshold(
     "share of a step's responses opening with its most common first 3 words (smoothed); fitted on rlhflab demo runs "
     "read from their samples (bench/rule_calibration.py; 64 responses a step): healthy seeds peak at 0.028-0.031, "
     "every run not labelled mode_collapse at 0.087 at most (temperature_mismatch), the runs labelled mode_collapse by "
-    "their distinct-2 curve at 0.287-1.0 (reward_scale_100x, kl_sign_flipped, lr_100x: \"great great great\" opens "
-    "59 of 64); 0.16 is the geometric mean of 0.087 and 0.287, 1.8x from each side. Checked on TRL GRPO/RLOO runs of "
+    "their distinct-2 curve at 0.287-1.0 (reward_scale_100x, kl_sign_flipped, lr_100x); 0.16 is the geometric mean of 0.087 and 0.287, 1.8x from each side. Checked on TRL GRPO/RLOO runs of "
     "the world it was not fitted on (32 responses a step): healthy 0.042-0.062, the runs not labelled mode_collapse "
     "0.094 at most, the one labelled mode_collapse (RLOO at 30x the learning rate) 0.271; and on rlhflab's kl_coef=0 "
-    "runs at 3x the iterations (bench/pipeline_targets.py, labelled mode_collapse): 0.29-0.61 (\"happy happy happy\"), "
+    "runs at 3x the iterations (bench/pipeline_targets.py, labelled mode_collapse): 0.29-0.61, "
     "its adaptive-KL runs 0.025-0.031")
 OPENING_SHARE_RISE = Threshold(
     "OPENING_SHARE_RISE", 0.13,
