@@ -47,9 +47,8 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
 
-    from rlhflab.config import load_config
+    from rlhflab.config import load_config, with_strategy
     from rlhflab.distributed import Cluster
-    from rlhflab.engines import with_strategy
     from rlhflab.models.lm import count_parameters, load_tokenizer
     from rlhflab.ppo.components import PPOComponents
     from rlhflab.ppo.trainer import build_ppo_state, ppo_iteration

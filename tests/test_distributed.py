@@ -34,8 +34,7 @@ def test_a_single_process_needs_no_process_group(monkeypatch):
     ("fsdp2", 4, "fsdp2"), ("ddp", 2, "ddp"),
 ])
 def test_the_strategy_a_run_uses_and_records(requested, world, used):
-    from rlhflab.config import load_config
-    from rlhflab.engines import resolve_strategy, with_strategy
+    from rlhflab.config import load_config, resolve_strategy, with_strategy
 
     assert resolve_strategy(requested, world) == used
     config = load_config("smoke", overrides=[f"distributed.strategy={requested}"] if requested else [])

@@ -9,8 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlhflab.cli import app
-from rlhflab.config import ConfigError, config_from_run, load_config
-from rlhflab.engines import with_strategy
+from rlhflab.config import ConfigError, config_from_run, load_config, with_strategy
 from rlhflab.pipeline import run_pipeline
 from rlhflab.ppo.run import run_ppo
 from rlhflab.runs import RunDir, read_jsonl

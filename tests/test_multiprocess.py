@@ -194,6 +194,33 @@ def test_a_rank_killed_mid_run_resumes_at_either_world_size(strategy, strategy_r
 
 
 @pytest.mark.slow
+def test_a_stop_signal_to_one_rank_stops_every_rank_at_one_iteration(strategy_runs, tmp_path):
+    """SIGTERM to one worker alone (not through torchrun, which would forward it to all):
+    every rank checkpoints together at the same iteration and exits, instead of one rank
+    waiting in the checkpoint's collectives while the other samples on; the resume then
+    gives the uninterrupted run's metrics."""
+    uninterrupted = read_jsonl(strategy_runs["ddp"] / "metrics" / "ppo.jsonl")
+    run = ppo_only_copy(strategy_runs["ddp"], tmp_path / "signalled")
+    metrics = run / "metrics" / "ppo.jsonl"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+               "rlhflab.cli", "pipeline", "--resume", str(run), "--quiet"]
+    launcher = subprocess.Popen(command, env=os.environ | {"OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while not metrics.is_file() or len(metrics.read_text().splitlines()) < 5:
+        assert launcher.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    workers = child_pids(launcher.pid)
+    assert len(workers) == 2
+    os.kill(max(workers), signal.SIGTERM)
+    launcher.wait(timeout=300)  # a rank left waiting in a collective would hang here
+    state = json.loads((run / "checkpoints" / "ppo" / "state.json").read_text())
+    assert 5 <= state["next_step"] < len(uninterrupted) and state["world_size"] == 2
+    torchrun("pipeline", "--resume", str(run), "--quiet")
+    assert without_timings(read_jsonl(metrics)) == without_timings(uninterrupted)
+
+
+@pytest.mark.slow
 def test_verify_reruns_a_ddp_run_on_one_process(strategy_runs, tmp_path):
     run = tmp_path / "ddp"
     shutil.copytree(strategy_runs["ddp"], run)

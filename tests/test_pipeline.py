@@ -10,9 +10,8 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 from typer.testing import CliRunner
 
 from rlhflab.cli import app
-from rlhflab.config import config_from_run, load_config
+from rlhflab.config import config_from_run, load_config, with_strategy
 from rlhflab.doctor.metrics import KNOWN, PPO_METRICS
-from rlhflab.engines import with_strategy
 from rlhflab.models.lm import build_tiny_lm
 from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents

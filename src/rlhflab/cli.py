@@ -283,8 +283,8 @@ def ppo(
 def _placed(config):
     """The cluster torchrun started (one process outside it) and the config with the
     strategy it runs under written in (`distributed.strategy`)."""
+    from rlhflab.config import with_strategy
     from rlhflab.distributed import Cluster
-    from rlhflab.engines import with_strategy
 
     cluster = Cluster.from_environment()
     return with_strategy(config, cluster.world), cluster

@@ -180,9 +180,6 @@ class DataConfig:
     """Share of an own data file held out for validation (at least one record)."""
 
 
-STRATEGIES = ("single", "ddp", "fsdp2")
-
-
 @dataclass(frozen=True)
 class DistributedConfig:
     """How the trained models are spread over the processes torchrun starts (docs/distributed.md)."""
@@ -553,3 +550,17 @@ def config_from_run(run_dir: Path) -> PipelineConfig:
     """The resolved config a run was made with (its `config.toml`)."""
     return apply_overrides(PipelineConfig(), read_toml(Path(run_dir) / "config.toml"), source=str(run_dir))
 
+
+def resolve_strategy(requested: str | None, world: int) -> str:
+    """The strategy a run uses and records: one process runs any strategy as single;
+    under several, unset means ddp, and so does `single` (a run begun on one process and
+    resumed on more), since every process training alone would be several runs."""
+    if world == 1:
+        return "single"
+    return "ddp" if requested in (None, "single") else requested
+
+
+def with_strategy(config: PipelineConfig, world: int) -> PipelineConfig:
+    """`config` with the strategy it runs under at `world` processes written in."""
+    strategy = resolve_strategy(config.distributed.strategy, world)
+    return replace(config, distributed=replace(config.distributed, strategy=strategy))

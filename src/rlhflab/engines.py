@@ -17,30 +17,14 @@ once per generated token. Why these engines and not others: docs/distributed.md.
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
-from dataclasses import replace
 from typing import ContextManager, Iterator
 
 import torch
 from torch import nn
 
-from rlhflab.config import DistributedConfig, PipelineConfig
+from rlhflab.config import DistributedConfig, resolve_strategy
 from rlhflab.distributed import Cluster
 from rlhflab.models.blocks import repeated_blocks
-
-
-def resolve_strategy(requested: str | None, world: int) -> str:
-    """The strategy a run uses and records: one process runs any strategy as single;
-    under several, unset means ddp, and so does `single` (a run begun on one process and
-    resumed on more), since every process training alone would be several runs."""
-    if world == 1:
-        return "single"
-    return "ddp" if requested in (None, "single") else requested
-
-
-def with_strategy(config: PipelineConfig, world: int) -> PipelineConfig:
-    """`config` with the strategy it runs under at `world` processes written in."""
-    strategy = resolve_strategy(config.distributed.strategy, world)
-    return replace(config, distributed=replace(config.distributed, strategy=strategy))
 
 
 def clip_grad_norm(parameters, max_norm: float) -> torch.Tensor:

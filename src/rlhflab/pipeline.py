@@ -9,11 +9,10 @@ from typing import Callable
 
 from rich.table import Table
 
-from rlhflab.config import PipelineConfig, save_config
+from rlhflab.config import PipelineConfig, save_config, with_strategy
 from rlhflab.distributed import Cluster
 from rlhflab.doctor.diagnose import read_and_diagnose, write_diagnosis
 from rlhflab.doctor.report import write_report
-from rlhflab.engines import with_strategy
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.run import run_ppo
 from rlhflab.progress import console

@@ -29,7 +29,6 @@ from rlhflab.checkup.states import START, StateName, moved_state
 from rlhflab.config import PipelineConfig
 from rlhflab.distributed import default_device
 from rlhflab.doctor.findings import Component
-from rlhflab.models.precision import use_bf16
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.trainer import load_ppo_state
 from rlhflab.runs import RunDir, write_json
@@ -261,8 +260,7 @@ def run_checkup(config: PipelineConfig, run: RunDir, components: PPOComponents =
     held-out share of `data.preferences`, or on fresh labelled world samples.
     `trainer=False` checks models for another trainer: the probes of rlhflab's PPO code
     are listed as not run."""
-    use_bf16(config.compute.bf16)  # the run's precision, whose tolerances the probes apply
-    state = load_ppo_state(config, run, components, default_device())
+    state = load_ppo_state(config, run, components, default_device())  # sets the run's precision (use_bf16)
     starting = policy_dir(config, run)
     context = context_length(starting, config)
     task = prompt_task(config, state.tokenizer, context)

@@ -40,3 +40,9 @@ def checkpoint_blocks(module: nn.Module) -> int:
 def resolve(mode: str, device_type: str) -> bool:
     """An `auto`/`on`/`off` compute setting on a device: auto means on for CUDA."""
     return mode == "on" or (mode == "auto" and device_type == "cuda")
+
+
+def checkpoint_blocks_if(mode: str, module: nn.Module, device_type: str) -> int:
+    """`checkpoint_blocks` where `compute.activation_checkpointing` (`mode`) asks for it on
+    this device type; the blocks wrapped (0 when off)."""
+    return checkpoint_blocks(module) if resolve(mode, device_type) else 0

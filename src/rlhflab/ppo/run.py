@@ -27,7 +27,6 @@ from rlhflab.doctor.formats.rlhflab import reward_train_max, settings_from_confi
 from rlhflab.doctor.formats.spec import RawLog, UserMapping, build_table
 from rlhflab.doctor.sample_measures import attach_samples
 from rlhflab.doctor.samples import RLHFLAB_SAMPLE_COLUMNS, SampleSet, samples_of_rows
-from rlhflab.models.precision import use_bf16
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.evaluation import evaluate_policy
 from rlhflab.ppo.rollout import Rollout
@@ -55,7 +54,6 @@ def run_ppo(
     and logged again, so the metrics file has every step once. Under torchrun only the
     first process writes files; every process runs the same loop (distributed.py)."""
     cfg = config.ppo
-    use_bf16(config.compute.bf16)
     state = load_ppo_state(config, run, components, cluster.device, cluster)
     writer = cluster.is_main
     show_progress = show_progress and writer
@@ -105,11 +103,14 @@ def run_ppo(
                              + (f" gold {metrics['reward/gold_mean']:+.2f}" if gold is not None else "")
                              + f" kl {metrics['kl/mean']:.2f}")
             stopped = watch.observe(step, metrics, samples)
-            if stopped is not None or signals.received or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
+            # Every process saves the checkpoint together (DCP) and stops together: a signal
+            # that reached one process an iteration before another must stop them at one step.
+            received = int(cluster.max(float(signals.received)))
+            if stopped is not None or received or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
                 checkpoint(step + 1)
-            if signals.received:
+            if received:
                 logger.close()
-                raise Interrupted(signals.received, step + 1, checkpoint_dir)
+                raise Interrupted(received, step + 1, checkpoint_dir)
             if stopped is not None:
                 watch.stop(run, stopped)
                 break

@@ -22,10 +22,11 @@ from rlhflab.distributed import Cluster
 from rlhflab.engines import SingleEngine, clip_grad_norm, make_engine
 from rlhflab.metrics.diversity import distinct_n, identical_fraction, self_bleu
 from rlhflab.metrics.stats import explained_variance, masked_mean, masked_var, pearson
-from rlhflab.models.blocks import checkpoint_blocks, resolve
+from rlhflab.models.blocks import checkpoint_blocks_if
 from rlhflab.models.lm import load_causal_lm, load_tokenizer
 from rlhflab.models.lora import with_adapters
 from rlhflab.models.optim import adam
+from rlhflab.models.precision import use_bf16
 from rlhflab.models.reward_model import load_reward_model, load_reward_tokenizer, reward_normalizer
 from rlhflab.models.value_head import PolicyWithValue
 from rlhflab.ppo import losses
@@ -212,14 +213,14 @@ def build_ppo_state(config: PipelineConfig, policy_dir: Path, reward_dir: Path, 
     models placed by the engine of `config.distributed` (the optimiser is made after,
     over the parameters the engine left: FSDP2's shards)."""
     cfg = config.ppo
+    use_bf16(config.compute.bf16)  # the forwards' precision, for every caller (the run, the checkup, benches)
     engine = make_engine(config.distributed, cluster)
     torch.manual_seed(derive_seed(config.seed, "ppo-init"))
     lm = load_causal_lm(policy_dir)
     if config.lora.rank:
         lm = with_adapters(lm, config.lora)
     policy = PolicyWithValue(lm).to(device)
-    if resolve(config.compute.activation_checkpointing, device.type):
-        checkpoint_blocks(policy)
+    checkpoint_blocks_if(config.compute.activation_checkpointing, policy, device.type)
     reference = components.make_reference(policy_dir, policy.lm).to(device)
     if not shares_parameters(reference, policy):  # a fault may make the policy its own reference
         reference = engine.frozen(reference)

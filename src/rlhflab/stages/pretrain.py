@@ -22,7 +22,7 @@ from rlhflab.config import PipelineConfig, PretrainConfig
 from rlhflab.data.batching import decode_responses, encode_sft, length_grouped_batches
 from rlhflab.distributed import Cluster
 from rlhflab.engines import clip_grad_norm, make_engine
-from rlhflab.models.blocks import checkpoint_blocks, resolve
+from rlhflab.models.blocks import checkpoint_blocks_if
 from rlhflab.models.lm import build_tiny_lm, count_parameters, load_causal_lm, save_pretrained
 from rlhflab.models.precision import autocast, use_bf16
 from rlhflab.models.sampling import sample_responses, sample_share
@@ -107,8 +107,7 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
     device = cluster.device
     model.to(device)
     use_bf16(config.compute.bf16)
-    if resolve(config.compute.activation_checkpointing, device.type):
-        checkpoint_blocks(model)
+    checkpoint_blocks_if(config.compute.activation_checkpointing, model, device.type)
     engine = make_engine(config.distributed, cluster)
     trained = engine.trained(model)
     optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95))

@@ -19,7 +19,7 @@ from rlhflab.data.files import PreferenceRecord
 from rlhflab.distributed import Cluster
 from rlhflab.engines import clip_grad_norm, make_engine
 from rlhflab.metrics.stats import pearson
-from rlhflab.models.blocks import checkpoint_blocks, resolve
+from rlhflab.models.blocks import checkpoint_blocks_if
 from rlhflab.models.bradley_terry import bt_loss
 from rlhflab.models.lm import load_causal_lm, load_tokenizer, save_pretrained
 from rlhflab.models.lora import save_merged_classifier, with_trunk_adapters
@@ -252,8 +252,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
     adapted = bool(config.lora.rank and config.lora.reward_model)
     if adapted:
         model = with_trunk_adapters(model, config.lora)
-    if resolve(config.compute.activation_checkpointing, cluster.device.type):
-        checkpoint_blocks(model)
+    checkpoint_blocks_if(config.compute.activation_checkpointing, model, cluster.device.type)
     engine = make_engine(config.distributed, cluster)
     # Through one module's forward, where DDP and FSDP2 hook their communication (the score
     # is read from the trunk and the head, not the model's own forward).
@@ -283,7 +282,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
                 # Every prompt has the same pairs, so a process's share of the pairs is its share of the
                 # rows; W times it, because the engine averages the W processes' gradients.
                 share = N / len(rows)
-                width = int(train.select(rows).mask.view(len(rows) * K, L).any(0).nonzero().max()) + 1
+                width = int(train.mask[rows].view(len(rows) * K, L).any(0).nonzero().max()) + 1
                 ids = batch.ids.view(N * K, L)[:, :width].to(cluster.device)
                 scores = trained(ids, batch.mask.view(N * K, L)[:, :width].to(cluster.device))
                 chosen, rejected = pair_scores(scores.view(N, K), batch.pairs.to(cluster.device),
