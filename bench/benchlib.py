@@ -4,7 +4,10 @@ tokenizer, and replacing one marked section of docs/benchmarks.md."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -50,3 +53,39 @@ def replace_section(doc: Path, start: str, end: str, section: str) -> None:
 def median_and_min(times: dict[str, list[float]], unit: str) -> dict[str, dict[str, float]]:
     """Per variant, the median and the min of its timed rounds, keys suffixed by `unit`."""
     return {name: {f"median_{unit}": statistics.median(t), f"min_{unit}": min(t)} for name, t in times.items()}
+
+
+def sized_random_models(out: Path, layers: int, embd: int, heads: int) -> tuple[Path, Path, Path]:
+    """`random_models` of the demo config with `layers` blocks of width `embd` and `heads` heads."""
+    from rlhflab.config import load_config
+
+    config = load_config("demo", overrides=[f"pretrain.n_layer={layers}", f"pretrain.n_embd={embd}",
+                                            f"pretrain.n_head={heads}"])
+    return random_models(out, config)
+
+
+def run_cell(processes: int, lm: Path, rm: Path, prompts: Path, batch: int, iterations: int,
+             overrides: tuple[str, ...]) -> dict:
+    """One bench cell: bench/distributed_side.py in `processes` fresh processes (torchrun
+    for more than one, 2 // processes threads each) on these models; its JSON result."""
+    side = [str(Path(__file__).with_name("distributed_side.py")), "--model", str(lm), "--reward", str(rm), "--prompts",
+            str(prompts), "--batch-size", str(batch), "--iterations", str(iterations),
+            "--threads", str(2 // processes), *overrides]
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+                if processes > 1 else [sys.executable])
+    done = subprocess.run([*launcher, *side], capture_output=True, text=True, check=True,
+                          env=os.environ | {"OMP_NUM_THREADS": str(2 // processes)})
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def held_mib(process: dict) -> float:
+    """MiB of model state one process of `run_cell` holds: parameters, gradients, Adam's
+    moments and the frozen models."""
+    return sum(process[k] for k in ("params_mib", "grads_mib", "adam_mib", "frozen_mib"))
+
+
+def save_results(results: dict, out: Path, doc: Path, section: tuple[str, str], text: str) -> None:
+    """A bench's raw results as JSON in `out`, and its rendered `text` in `doc`'s `section`."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    replace_section(doc, *section, text)

@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import random_models, replace_section
+from benchlib import held_mib, run_cell, save_results, sized_random_models
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = ("<!-- distributed:start -->", "<!-- distributed:end -->")
@@ -33,18 +30,6 @@ CELLS = {  # name: (processes, overrides)
     "fsdp2": (2, ("distributed.strategy=fsdp2",)),
     "fsdp2, frozen sharded": (2, ("distributed.strategy=fsdp2", "distributed.shard_frozen=true")),
 }
-
-
-def run_cell(processes: int, lm: Path, rm: Path, prompts: Path, batch: int, iterations: int,
-             overrides: tuple[str, ...]) -> dict:
-    side = [str(ROOT / "bench" / "distributed_side.py"), "--model", str(lm), "--reward", str(rm), "--prompts",
-            str(prompts), "--batch-size", str(batch), "--iterations", str(iterations),
-            "--threads", str(2 // processes), *overrides]
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-                if processes > 1 else [sys.executable])
-    done = subprocess.run([*launcher, *side], capture_output=True, text=True, check=True,
-                          env=os.environ | {"OMP_NUM_THREADS": str(2 // processes)})
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def table(results: dict[str, dict[str, dict]]) -> str:
@@ -69,8 +54,7 @@ def table(results: dict[str, dict[str, dict]]) -> str:
                          f"| {r['seconds_per_iteration']:.2f} | {p['params_mib']:.1f} | {p['grads_mib']:.1f} "
                          f"| {p['adam_mib']:.1f} | {p['frozen_mib']:.1f} | {setup} | {rss} |")
     big = results[list(results)[-1]]
-    held = {name: sum(r["processes"][0][k] for k in ("params_mib", "grads_mib", "adam_mib", "frozen_mib"))
-            for name, r in big.items()}
+    held = {name: held_mib(r["processes"][0]) for name, r in big.items()}
     seconds = {name: r["seconds_per_iteration"] for name, r in big.items()}
     lines += ["", "Peak RSS columns list every process (first / second).", "",
               f"At {list(results)[-1]}: what a process holds of the models falls from {held['ddp']:.0f} MiB under ddp "
@@ -93,21 +77,15 @@ def main() -> None:
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "distributed.json")
     args = parser.parse_args()
-    from rlhflab.config import load_config
-
     results: dict[str, dict[str, dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for size, (layers, embd, heads, batch, iterations) in SIZES.items():
-            config = load_config("demo", overrides=[f"pretrain.n_layer={layers}", f"pretrain.n_embd={embd}",
-                                                    f"pretrain.n_head={heads}"])
-            lm, rm, prompts = random_models(Path(tmp) / str(layers), config)
+            lm, rm, prompts = sized_random_models(Path(tmp) / str(layers), layers, embd, heads)
             results[size] = {}
             for name, (processes, overrides) in CELLS.items():
                 results[size][name] = run_cell(processes, lm, rm, prompts, batch, iterations, overrides)
                 print(size, name, json.dumps(results[size][name]), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    replace_section(args.doc, *SECTION, table(results))
+    save_results(results, args.out, args.doc, SECTION, table(results))
 
 
 if __name__ == "__main__":

@@ -17,8 +17,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from benchlib import random_models, replace_section
-from distributed_bench import run_cell
+from benchlib import held_mib, run_cell, save_results, sized_random_models
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = ("<!-- lora:start -->", "<!-- lora:end -->")
@@ -46,7 +45,7 @@ def table(results: dict[str, dict]) -> str:
                      f"{p['trainable_mib']:.1f} | {p['grads_mib']:.1f} | {p['adam_mib']:.1f} | {p['frozen_mib']:.1f} "
                      f"| {rss} |")
     full, lora = results["full, single"]["processes"][0], results["LoRA, single"]["processes"][0]
-    held = lambda q: q["params_mib"] + q["grads_mib"] + q["adam_mib"] + q["frozen_mib"]  # noqa: E731
+    held = held_mib
     lines += ["", f"One process holds {held(full):.0f} MiB of model state fully fine-tuned and {held(lora):.0f} MiB "
               f"under LoRA ({held(lora) / held(full):.2f}x): no reference copy, and gradients and Adam moments for "
               "the adapters and value head only. Peak RSS columns list every process.", SECTION[1]]
@@ -58,20 +57,13 @@ def main() -> None:
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "lora.json")
     args = parser.parse_args()
-    from rlhflab.config import load_config
-
     with tempfile.TemporaryDirectory() as tmp:
-        layers, embd, heads = SIZE
-        config = load_config("demo", overrides=[f"pretrain.n_layer={layers}", f"pretrain.n_embd={embd}",
-                                                f"pretrain.n_head={heads}"])
-        lm, rm, prompts = random_models(Path(tmp), config)
+        lm, rm, prompts = sized_random_models(Path(tmp), *SIZE)
         results = {}
         for name, (processes, overrides) in CELLS.items():
             results[name] = run_cell(processes, lm, rm, prompts, BATCH, ITERATIONS, overrides)
             print(name, json.dumps(results[name]), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    replace_section(args.doc, *SECTION, table(results))
+    save_results(results, args.out, args.doc, SECTION, table(results))
 
 
 if __name__ == "__main__":

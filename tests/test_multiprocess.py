@@ -6,6 +6,7 @@ Tolerances are measured (docs/distributed.md): the engines average gradients in 
 order than one process sums them, so losses differ in the last bits, and Adam amplifies
 those differences step after step; a rollout can part ways once they flip one token."""
 
+import contextlib
 import json
 import math
 import os
@@ -213,7 +214,12 @@ def test_a_stop_signal_to_one_rank_stops_every_rank_at_one_iteration(strategy_ru
     workers = child_pids(launcher.pid)
     assert len(workers) == 2
     os.kill(max(workers), signal.SIGTERM)
-    launcher.wait(timeout=300)  # a rank left waiting in a collective would hang here
+    try:
+        launcher.wait(timeout=300)  # a rank left waiting in a collective would hang here
+    finally:
+        for pid in [*workers, launcher.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     state = json.loads((run / "checkpoints" / "ppo" / "state.json").read_text())
     assert 5 <= state["next_step"] < len(uninterrupted) and state["world_size"] == 2
     torchrun("pipeline", "--resume", str(run), "--quiet")
