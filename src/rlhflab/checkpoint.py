@@ -26,7 +26,6 @@ node, or a shared one across nodes), as DCP requires.
 from __future__ import annotations
 
 import json
-import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from rlhflab.distributed import Cluster
+from rlhflab.runs import fresh_dir, staging, swap_in
 
 STATE_FILE = "state.json"
 WEIGHTS = "weights"
@@ -56,10 +56,7 @@ def save_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.op
                     resume: ResumePoint, cluster: Cluster = Cluster.single()) -> None:
     """Every process writes its part to a temporary directory; the first swaps it in."""
     directory = Path(directory)
-    partial, old = directory.with_name(directory.name + ".tmp"), directory.with_name(directory.name + ".old")
-    if cluster.is_main:
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
+    partial = fresh_dir(directory) if cluster.is_main else staging(directory)
     cluster.barrier()
     model_state, optimizer_state = get_state_dict(model, optimizer, options=_options(model))
     with warnings.catch_warnings():  # one process is how rlhflab runs outside torchrun, not a mistake to warn of
@@ -71,11 +68,7 @@ def save_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.op
                  "samples_lines": resume.samples_lines, "before": resume.before,
                  "kl_controller": controller.state_dict(), "world_size": cluster.world}
         (partial / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
-        shutil.rmtree(old, ignore_errors=True)
-        if directory.exists():
-            directory.rename(old)
-        partial.rename(directory)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_in(partial, directory)
     cluster.barrier()
 
 

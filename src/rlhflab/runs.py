@@ -188,17 +188,34 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-@contextmanager
-def atomic_dir(path: Path) -> Iterator[Path]:
-    """Yield a temporary directory to fill, then swap it in under `path`: a crash at any
-    point leaves the old directory or the new one, never a half-written one."""
-    path = Path(path)
-    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
+def staging(path: Path) -> Path:
+    """Where `path`'s next version is written before `swap_in`."""
+    return Path(path).with_name(Path(path).name + ".tmp")
+
+
+def fresh_dir(path: Path) -> Path:
+    """`staging(path)`, emptied and created."""
+    tmp = staging(path)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    yield tmp
+    return tmp
+
+
+def swap_in(tmp: Path, path: Path) -> None:
+    """Put the filled `tmp` in place of `path`: a crash at any point leaves the old
+    directory or the new one, never a half-written one."""
+    path = Path(path)
+    old = path.with_name(path.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if path.exists():
         path.rename(old)
     tmp.rename(path)
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def atomic_dir(path: Path) -> Iterator[Path]:
+    """Yield a temporary directory to fill, then swap it in under `path` (`swap_in`)."""
+    tmp = fresh_dir(path)
+    yield tmp
+    swap_in(tmp, path)
