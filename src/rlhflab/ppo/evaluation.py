@@ -50,7 +50,8 @@ def evaluate_policy(
             "length": s.mask.sum(1).tolist(),
             "eos": s.has_eos.tolist(),
         }
-        whole = {name: cluster.gather_lists(column) for name, column in rows.items()}
+        parts = cluster.gather_lists([rows])  # one gather a chunk: every process's columns, in rank order
+        whole = {name: [value for part in parts for value in part[name]] for name in rows}
         kl += whole["kl"]
         proxy += whole["proxy"]
         texts += whole["text"]
