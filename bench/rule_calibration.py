@@ -5,7 +5,8 @@ stated margin, and checked on runs they were not fitted on.
     python bench/rule_calibration.py [--calibration runs/calibration] [--faults runs/faults-bench]
         [--pipeline runs/bench] [--real ../shared/real_logs] [--doc docs/doctor.md]
 
-Sources, each read from its metrics alone (no config, no checkup), as another trainer's log:
+Sources, each read from its metrics and the sample files beside them alone (no config, no
+checkup), as another trainer's log:
 - `--calibration`: bench/calibration.py's TRL GRPO/RLOO/PPO runs, labelled from their gold curves
   (`labels.json`); each read twice: with the callback's held-out columns mapped (HELD_OUT_MAP),
   and without them;
@@ -131,7 +132,8 @@ def render(rows: list[dict], command: str) -> str:
         return sum(any(f in (f"{rule}:high", f"{rule}:medium") for f in r["findings"]) for r in runs)
 
     lines = [START, "### Calibration", "",
-             f"Command: `{command}`. Every run read from its metrics alone (no config, no checkup), labelled from its "
+             f"Command: `{command}`. Every run read from its metrics and the sample files beside them alone (no config, "
+             "no checkup), labelled from its "
              "gold curve (bench/calibration.py's label_run, for the TRL runs and rlhflab's), or by MANIFEST.md (real "
              "logs), never by the doctor.", "",
              f"| rule | fired on healthy runs ({len(healthy)}) | fired on pathological runs ({len(sick)}) |",
