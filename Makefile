@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e '.[train,test]'
+	$(PY) -m pip install --quiet -e '.[train,studies,test]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -17,6 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = (
     {"runs", "seeding", "progress", "worlds", "metrics", "data", "distributed", "checkpoint"},
     {"doctor"},  # pure log analysis: the run-directory layout (runs) is all it may use
+    {"studies"},  # rating studies: read samples with the doctor's readers, never train
     {"config"},
     {"models", "engines"},
     {"sources"},

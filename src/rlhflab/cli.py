@@ -698,6 +698,134 @@ def compare(
     raise typer.Exit(result.exit_code)
 
 
+RATE_HELP = """Blind ratings of a run's samples across its steps, served on a local page.
+
+    rlhflab rate RUN                        # build RUN/studies/ratings and serve it
+    rlhflab rate a=run1 b=gens.jsonl --study DIR --map text=sample/response
+    rlhflab rate DIR --results [--json]     # mean rating per system and step bin
+
+Each source is [NAME=]PATH: a run or any sample file the doctor reads. Reopening a study
+serves the same rater links; --add adds sources to it. Exit code 2 for bad input."""
+
+
+@app.command(help=RATE_HELP)
+def rate(
+    sources: Optional[list[str]] = typer.Argument(None, help="[NAME=]PATH of each run or sample file (or a study "
+                                                 "directory)", show_default=False),
+    study: Optional[Path] = typer.Option(None, "--study", help="The study's directory (default for one rlhflab run: "
+                                         "RUN/studies/ratings)."),
+    mapping: Optional[list[str]] = typer.Option(None, "--map", help="THEIRS=sample/FIELD for sample files "
+                                                "(as for the doctor)"),
+    add: bool = typer.Option(False, "--add", help="Add these sources to an existing study."),
+    results: bool = typer.Option(False, "--results", help="Print the study's results and exit."),
+    json_output: bool = typer.Option(False, "--json", help="With --results: print them as JSON."),
+    scale: Optional[str] = typer.Option(None, "--scale", help="The rating scale LOW-HIGH (default 1-7), plus "
+                                        "'unreadable/broken'."),
+    bins: Optional[int] = typer.Option(None, "--bins", help="Step bins per system (default 10)."),
+    per_bin: Optional[int] = typer.Option(None, "--per-bin", help="Distinct samples drawn per bin (default 8)."),
+    ratings_per_item: Optional[int] = typer.Option(None, "--ratings-per-item", help="Raters per item at least "
+                                                   "(default 2)."),
+    repeat_every: Optional[int] = typer.Option(None, "--repeat-every", help="A repeated item after this many new "
+                                               "ones, for consistency (default 10; 0: never)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seeds the draw of items (default 0)."),
+    raters: Optional[int] = typer.Option(None, "--raters", help="Rater links (one per person; default: ratings "
+                                         "per item). Reopening with more adds links."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default loopback only)."),
+    port: int = typer.Option(8765, "--port", help="Port (0: any free one)."),
+    no_serve: bool = typer.Option(False, "--no-serve", help="Build or open the study, print its links, and exit."),
+) -> None:
+    from rlhflab.doctor.formats import LogFormatError
+    from rlhflab.doctor.formats.mapping import parse_map_options
+    from rlhflab.studies.build import open_or_build, parse_sources, study_directory
+    from rlhflab.studies.design import StudyError, parse_scale
+    from rlhflab.studies.store import Study
+
+    try:
+        if study is None and sources and len(sources) == 1 and Study.exists(Path(sources[0])):
+            study, sources = Path(sources[0]), []
+        parsed = parse_sources(sources or [])
+        directory = study_directory(study, parsed)
+        if results:
+            _print_study_results(Study.open(directory), json_output)
+            return
+        asked = {k: v for k, v in dict(bins=bins, per_bin=per_bin, ratings_per_item=ratings_per_item,
+                                       repeat_every=repeat_every, seed=seed).items() if v is not None}
+        if scale is not None:
+            asked["scale_min"], asked["scale_max"] = parse_scale(scale)
+        opened, added = open_or_build(directory, parsed, asked, add, parse_map_options(mapping).for_samples())
+        links = opened.ensure_raters(raters or opened.design.ratings_per_item)
+    except (StudyError, LogFormatError) as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    for system in added:
+        console.print(f"added {system.name} ({system.format}: {escape(system.source)})")
+    console.print(f"study {directory}: {len(opened.systems())} systems, {opened.item_count()} items, "
+                  f"{len(links)} rater links")
+    if no_serve:
+        for rater in links:
+            typer.echo(f"{rater.name}\t/r/{rater.token}/")
+        return
+    _serve_study(opened, links, host, port)
+
+
+def _serve_study(study, links, host: str, port: int) -> None:
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        console.print("[red]error:[/red] serving a study needs the studies extra: pip install 'rlhflab\\[studies]'")
+        raise typer.Exit(2) from None
+    from rlhflab.studies.serve import base_url, bind, is_loopback, rater_link, serve
+
+    if not is_loopback(host):
+        console.print(f"[yellow]warning:[/yellow] listening on {escape(host)}: traffic is plain HTTP, so the rater "
+                      "links and ratings cross the network unencrypted (put it behind TLS, or keep the default "
+                      "127.0.0.1)")
+    try:
+        sock = bind(host, port)
+    except OSError as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    for rater in links:
+        typer.echo(f"{rater.name}: {rater_link(base_url(sock), rater)}")
+    serve(study, sock, announce=lambda line: console.print(escape(line)))  # uvicorn ends on Ctrl-C by itself
+
+
+def _print_study_results(study, json_output: bool) -> None:
+    import json
+
+    from rich.table import Table
+
+    from rlhflab.studies.results import study_results
+
+    res = study_results(study)
+    if json_output:
+        typer.echo(json.dumps(res.to_json(), indent=2))
+        return
+    table = Table(title=f"mean rating on {res.scale[0]}-{res.scale[1]} per system and step bin")
+    for column in ("system", "bin", "steps", "items", "n", "mean", "95% interval", "unreadable"):
+        table.add_column(column)
+    for b in res.bins:
+        table.add_row(b.system, str(b.bin), f"{b.first_step}-{b.last_step}", str(b.items), str(b.n),
+                      "-" if b.mean is None else f"{b.mean:.2f}",
+                      "-" if b.low is None else f"[{b.low:.2f}, {b.high:.2f}]",
+                      "-" if b.unreadable_rate is None else f"{b.unreadable_rate:.0%}")
+    console.print(table)
+    alpha = "not measurable" if res.alpha is None else f"{res.alpha:.3f}"
+    console.print(f"agreement: ordinal Krippendorff's alpha {alpha} over {res.alpha_ratings} ratings")
+    raters = Table(title="raters")
+    for column in ("rater", "kind", "rated", "unreadable", "repeats", "same again", "within 1", "mean |diff|"):
+        raters.add_column(column)
+    for r in res.raters:
+        raters.add_row(r.name, r.kind, str(r.rated), str(r.unreadable), str(r.repeats),
+                       *("-" if v is None else f"{v:.2f}" for v in (r.repeat_exact, r.repeat_within_one,
+                                                                    r.repeat_mean_abs_diff)))
+    console.print(raters)
+    console.print(f"[dim]{escape(res.method)}[/dim]")
+    for note in res.notes:
+        console.print(f"[dim]note: {escape(note)}[/dim]")
+
+
 def print_comparison(result) -> None:
     from rich.table import Table
 

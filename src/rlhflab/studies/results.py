@@ -1,0 +1,112 @@
+"""What a study's ratings say: per system and step bin, the mean rating with its interval;
+how far raters agree; how consistent each rater is with themselves.
+
+Unreadable answers are counted (their rate is reported) but left out of every mean and of
+the agreement; repeats only measure consistency.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+from rlhflab.studies.design import stable_seed
+from rlhflab.studies.stats import crossed_bootstrap, krippendorff_alpha
+from rlhflab.studies.store import RatingRow, Study
+
+BOOTSTRAP_DRAWS = 2000
+
+
+@dataclass(frozen=True)
+class BinResult:
+    system: str
+    bin: int
+    first_step: int
+    last_step: int
+    mean_step: float | None  # mean step of the rated items: where the point sits on a curve
+    items: int  # items rated at least once (readably)
+    n: int  # readable ratings in the mean
+    mean: float | None
+    low: float | None
+    high: float | None
+    unreadable_rate: float | None  # share of this bin's answers that were "unreadable/broken"
+
+
+@dataclass(frozen=True)
+class RaterResult:
+    name: str
+    kind: str
+    rated: int  # new items answered
+    unreadable: int
+    repeats: int  # repeated items answered
+    repeat_exact: float | None  # share of repeats given the same rating as the first time
+    repeat_within_one: float | None  # share within one scale point
+    repeat_mean_abs_diff: float | None
+
+
+@dataclass(frozen=True)
+class StudyResults:
+    scale: tuple[int, int]
+    bins: list[BinResult]
+    alpha: float | None  # ordinal Krippendorff's alpha among raters, on the study's scale
+    alpha_ratings: int  # readable ratings of items rated by two or more raters
+    raters: list[RaterResult]
+    method: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _or_none(x: float) -> float | None:
+    return None if x != x else x  # NaN -> None, for JSON
+
+
+def study_results(study: Study, raters: set[str] | None = None) -> StudyResults:
+    """The summary of `study`'s ratings (module docstring); `raters` keeps only those raters' ratings."""
+    everyone = study.raters()
+    names = {r.id: r.name for r in everyone}
+    rows = [r for r in study.ratings() if raters is None or names[r.rater_id] in raters]
+    fresh = [r for r in rows if not r.repeat]
+    design = study.design
+    by_bin: dict[tuple[str, int], list[RatingRow]] = defaultdict(list)
+    for row in fresh:
+        by_bin[(row.system, row.bin)].append(row)
+    results, method = [], "no ratings yet"
+    order = {s.name: i for i, s in enumerate(study.systems())}
+    for (system, index), (first, last) in sorted(study.bins().items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
+        answers = by_bin.get((system, index), [])
+        readable = [r for r in answers if r.rating is not None]
+        interval = crossed_bootstrap([r.item_id for r in readable], [r.rater_id for r in readable],
+                                     [r.rating for r in readable], BOOTSTRAP_DRAWS, stable_seed(design.seed, system, index))
+        if readable:
+            method = interval.method.split(" over ")[0] + " over the bin's items and raters, " + \
+                f"{BOOTSTRAP_DRAWS} draws, 95% percentile interval (Owen 2007)"
+        results.append(BinResult(
+            system, index, first, last,
+            sum(r.step for r in readable) / len(readable) if readable else None,
+            len({r.item_id for r in readable}), len(readable),
+            _or_none(interval.mean), _or_none(interval.low), _or_none(interval.high),
+            (len(answers) - len(readable)) / len(answers) if answers else None))
+    readable = [r for r in fresh if r.rating is not None]
+    per_item = defaultdict(set)
+    for r in readable:
+        per_item[r.item_id].add(r.rater_id)
+    paired = [r for r in readable if len(per_item[r.item_id]) >= 2]
+    alpha = krippendorff_alpha([r.item_id for r in paired], [r.rating for r in paired], "ordinal",
+                               design.scale) if paired else float("nan")
+    notes = [] if paired else ["no item has ratings from two raters yet: agreement cannot be measured"]
+    return StudyResults((design.scale_min, design.scale_max), results, _or_none(alpha), len(paired),
+                        [_rater_result(r, rows) for r in everyone if raters is None or r.name in raters], method, notes)
+
+
+def _rater_result(rater, rows: list[RatingRow]) -> RaterResult:
+    mine = [r for r in rows if r.rater_id == rater.id]
+    first = {r.item_id: r.rating for r in mine if not r.repeat}
+    pairs = [(first[r.item_id], r.rating) for r in mine if r.repeat and r.item_id in first]
+    numeric = [(a, b) for a, b in pairs if a is not None and b is not None]
+    return RaterResult(
+        rater.name, rater.kind, len(first), sum(1 for v in first.values() if v is None), len(pairs),
+        sum(a == b for a, b in pairs) / len(pairs) if pairs else None,
+        sum(abs(a - b) <= 1 for a, b in numeric) / len(numeric) if numeric else None,
+        sum(abs(a - b) for a, b in numeric) / len(numeric) if numeric else None)
