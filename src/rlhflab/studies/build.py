@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from rlhflab.doctor.samples import read_samples
-from rlhflab.studies.design import StudyDesign, StudyError, draw_items
+from rlhflab.studies.design import DrawnItem, StepBin, StudyDesign, StudyError, draw_items
 from rlhflab.studies.store import Study, System
 
 DEFAULT_STUDY = Path("studies") / "ratings"
@@ -69,14 +69,26 @@ def study_directory(study: Path | None, sources: Sequence[Source]) -> Path:
                      "RUN/studies/ratings)")
 
 
-def add_sources(study: Study, sources: Sequence[Source], mapping: Mapping[str, str] | None = None) -> list[System]:
-    """Each source as a new system of `study`, its items drawn by the study's design."""
-    added = []
+@dataclass(frozen=True)
+class Drawn:
+    source: Source
+    format: str
+    bins: list[StepBin]
+    items: list[DrawnItem]
+
+
+def draw_sources(sources: Sequence[Source], design: StudyDesign, mapping: Mapping[str, str] | None = None) -> list[Drawn]:
+    """Every source read and drawn before anything is written: a bad file stops the
+    command with its file and line, and leaves no half-built study behind."""
+    drawn = []
     for source in sources:
         sample_set = read_samples(source.path, mapping)
-        bins, items = draw_items(sample_set.samples, study.design, source.name)
-        added.append(study.add_system(source.name, str(source.path.resolve()), sample_set.format, bins, items))
-    return added
+        drawn.append(Drawn(source, sample_set.format, *draw_items(sample_set.samples, design, source.name)))
+    return drawn
+
+
+def add_drawn(study: Study, drawn: Sequence[Drawn]) -> list[System]:
+    return [study.add_system(d.source.name, str(d.source.path.resolve()), d.format, d.bins, d.items) for d in drawn]
 
 
 def new_sources(study: Study, sources: Sequence[Source]) -> list[Source]:
@@ -101,8 +113,10 @@ def open_or_build(directory: Path, sources: Sequence[Source], asked: Mapping[str
         if fresh and not add:
             raise StudyError(f"{directory}: the study exists and does not hold {', '.join(str(s.path) for s in fresh)}; "
                              "add them with --add")
-        return study, add_sources(study, fresh, mapping)
+        return study, add_drawn(study, draw_sources(fresh, study.design, mapping))
     if not sources:
         raise StudyError(f"{directory}: no study here yet; give the sample files or runs to rate")
-    study = Study.create(directory, StudyDesign(**asked))
-    return study, add_sources(study, sources, mapping)
+    design = StudyDesign(**asked)
+    drawn = draw_sources(sources, design, mapping)
+    study = Study.create(directory, design)
+    return study, add_drawn(study, drawn)
