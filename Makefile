@@ -72,6 +72,9 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/outside_faults.py --base runs/bench/demo-seed0 --out runs/outside-faults --doc docs/benchmarks.md
 	$(PY) bench/rule_calibration.py --doc docs/doctor.md
 	$(PY) bench/checkup_bf16.py
+	$(PY) bench/rating_server.py --raters 20 --ratings 2000 --doc docs/benchmarks.md
+	$(PY) bench/rating_bots.py --fit runs/bench/demo-seed0 --check runs/bench/demo-seed1 runs/bench/demo-seed2 \
+		--doc docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) $(TRL_VENV) runs .pytest_cache

@@ -154,7 +154,7 @@ result = CliRunner().invoke(app, {args!r})
 print(result.exit_code)
 print(result.output)
 """
-TRAINING_STACK = HEAVY + ("vaderSentiment", "pyarrow")
+TRAINING_STACK = HEAVY + ("vaderSentiment", "pyarrow", "starlette", "uvicorn", "jinja2", "multipart")
 
 
 def run_light(args: list[str]) -> tuple[int, str]:
@@ -177,6 +177,8 @@ def test_a_light_install_diagnoses_logs_and_says_what_training_needs(tmp_path: P
     assert code == 0 and json.loads(output)["trainer"] == "rlhflab", output
     code, output = run_light(["pipeline", "--preset", "smoke", "--out", str(tmp_path / "run")])
     assert code == 2 and "rlhflab[train]" in output, output
+    code, output = run_light(["rate", str(smoke_run.root), "--study", str(tmp_path / "study"), "--no-serve"])
+    assert code == 2 and "rlhflab[studies]" in output, output
     from torch.utils.tensorboard import SummaryWriter
 
     with SummaryWriter(log_dir=str(tmp_path / "tb")) as writer:

@@ -734,6 +734,7 @@ def rate(
     port: int = typer.Option(8765, "--port", help="Port (0: any free one)."),
     no_serve: bool = typer.Option(False, "--no-serve", help="Build or open the study, print its links, and exit."),
 ) -> None:
+    _studies_extra()
     from rlhflab.doctor.formats import LogFormatError
     from rlhflab.doctor.formats.mapping import parse_map_options
     from rlhflab.studies.build import open_or_build, parse_sources, study_directory
@@ -768,13 +769,23 @@ def rate(
     _serve_study(opened, links, host, port)
 
 
+def _studies_extra() -> None:
+    """Check that the studies extra is installed (the doctor's light install has none of it)."""
+    import importlib
+
+    missing = []
+    for module in ("starlette", "uvicorn", "jinja2", "multipart", "numpy"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        console.print(f"[red]error:[/red] rating studies need the studies extra ({', '.join(missing)} missing): "
+                      "pip install 'rlhflab\\[studies]'")
+        raise typer.Exit(2)
+
+
 def _serve_study(study, links, host: str, port: int) -> None:
-    try:
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
-        console.print("[red]error:[/red] serving a study needs the studies extra: pip install 'rlhflab\\[studies]'")
-        raise typer.Exit(2) from None
     from rlhflab.studies.serve import base_url, bind, is_loopback, rater_link, serve
 
     if not is_loopback(host):

@@ -1,12 +1,16 @@
 """Named random streams derived from the run seed, so each consumer (corpus, init,
-sampling, prompts) has its own stream and changing one does not shift the others."""
+sampling, prompts) has its own stream and changing one does not shift the others.
+torch is imported where a torch stream is made: the seeds alone serve light code too
+(the rating studies)."""
 
 from __future__ import annotations
 
 import hashlib
 import random
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def derive_seed(seed: int, *names: str) -> int:
@@ -19,6 +23,8 @@ def py_rng(seed: int, *names: str) -> random.Random:
 
 
 def torch_generator(seed: int, *names: str) -> torch.Generator:
+    import torch
+
     generator = torch.Generator()
     generator.manual_seed(derive_seed(seed, *names))
     return generator
@@ -38,14 +44,16 @@ class RowStreams:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def rand(self, shape: tuple[int, int], dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """Uniforms (rows, columns) on the CPU, row i from stream i."""
+    def rand(self, shape: tuple[int, int], dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Uniforms (rows, columns) on the CPU, row i from stream i (float64 unless `dtype` says)."""
+        import torch
+
         rows, columns = shape
         if rows != len(self.rows):
             raise ValueError(f"{rows} rows drawn from {len(self.rows)} streams")
         if self._generators is None:
             self._generators = [torch_generator(self.seed, *self.names, str(row)) for row in self.rows]
-        return torch.stack([torch.rand(columns, generator=g, dtype=dtype) for g in self._generators])
+        return torch.stack([torch.rand(columns, generator=g, dtype=dtype or torch.float64) for g in self._generators])
 
     def subset(self, index: list[int]) -> "RowStreams":
         """Fresh streams of the rows at positions `index` (as they were when created)."""
@@ -54,6 +62,8 @@ class RowStreams:
 
 def uniforms(shape: tuple[int, int], source: "torch.Generator | RowStreams") -> torch.Tensor:
     """float64 uniforms on the CPU from one generator for the batch, or one stream per row."""
+    import torch
+
     if isinstance(source, RowStreams):
         return source.rand(shape)
     return torch.rand(shape, generator=source, dtype=torch.float64)

@@ -5,8 +5,9 @@ API exactly as a person's page does (fetch the item served, answer it with its n
 world's gold utility, adds Gaussian noise, and maps the result onto the scale by the
 quantiles of the utility on stage-1 samples (each scale point as likely as the next for
 the model PPO starts from). Its noise is a multiple of those utilities' spread; the
-default `WORLD_NOISE` was measured to put two such raters' ordinal Krippendorff's
-alpha in 0.4-0.7, the range of human quality ratings (docs/studies.md).
+default `WORLD_NOISE` was fitted (bench/rating_bots.py, on a demo run; checked on two
+runs it was not fitted on) to put two such raters' ordinal Krippendorff's alpha in
+0.4-0.7, raters who agree about as loosely as people judging text quality often do.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from rlhflab.studies.design import UNREADABLE, stable_seed
+from rlhflab.seeding import derive_seed
+from rlhflab.studies.design import UNREADABLE
 
 Policy = Callable[[str, str], "int | None"]  # (prompt, response) -> a point of the scale, or None: unreadable
 WORLD_NOISE = 0.6
-"""The simulated rater's noise, in standard deviations of the stage-1 utilities (bench/rating_bots.py)."""
+"""The simulated rater's noise, in standard deviations of the stage-1 utilities: mean alpha 0.52
+on the run it was fitted on, 0.62 and 0.63 on two it was not (docs/benchmarks.md)."""
 
 
 class StudyClient:
@@ -136,5 +139,5 @@ def world_raters(run: Path, reference: Sequence[tuple[str, str]], scale: tuple[i
         raise ValueError("the simulated rater needs at least two stage-1 samples to set its scale")
     cuts = quantile_cuts(utilities, scale[1] - scale[0] + 1)
     spread = statistics.pstdev(utilities)
-    return [WorldRater(utility, cuts, scale[0], noise * spread, stable_seed(seed, "world-rater", k))
+    return [WorldRater(utility, cuts, scale[0], noise * spread, derive_seed(seed, "world-rater", str(k)))
             for k in range(count)]

@@ -8,7 +8,6 @@ replacement, so every stretch of training is rated, early and late alike.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Sequence
 import tomllib
 
 from rlhflab.doctor.samples import Sample
+from rlhflab.seeding import derive_seed
 
 UNREADABLE = "unreadable"
 """The answer outside the scale: the response is unreadable or broken (left out of means)."""
@@ -97,12 +97,6 @@ def parse_scale(text: str) -> tuple[int, int]:
         raise StudyError(f"--scale {text!r}: expected LOW-HIGH, e.g. 1-7") from None
 
 
-def stable_seed(*names: object) -> int:
-    """A seed from names, the same in every process (Python's `hash` is salted per process)."""
-    digest = hashlib.sha256(":".join(map(str, names)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
-
-
 @dataclass(frozen=True)
 class StepBin:
     index: int
@@ -135,7 +129,7 @@ def draw_items(samples: Sequence[Sample], design: StudyDesign, system: str) -> t
     if not samples:
         raise StudyError(f"{system}: no samples to rate")
     bins = step_bins([s.step for s in samples], design.bins)
-    rng = random.Random(stable_seed(design.seed, "study/draw", system))
+    rng = random.Random(derive_seed(design.seed, "study/draw", system))
     drawn: list[DrawnItem] = []
     for step_bin in bins:
         seen: dict[tuple[str, str], Sample] = {}

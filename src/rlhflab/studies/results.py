@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from rlhflab.studies.design import stable_seed
+from rlhflab.seeding import derive_seed
 from rlhflab.studies.stats import crossed_bootstrap, krippendorff_alpha
 from rlhflab.studies.store import RatingRow, Study
 
@@ -78,7 +78,7 @@ def study_results(study: Study, raters: set[str] | None = None) -> StudyResults:
         answers = by_bin.get((system, index), [])
         readable = [r for r in answers if r.rating is not None]
         interval = crossed_bootstrap([r.item_id for r in readable], [r.rater_id for r in readable],
-                                     [r.rating for r in readable], BOOTSTRAP_DRAWS, stable_seed(design.seed, system, index))
+                                     [r.rating for r in readable], BOOTSTRAP_DRAWS, derive_seed(design.seed, system, str(index)))
         if readable:
             method = interval.method.split(" over ")[0] + " over the bin's items and raters, " + \
                 f"{BOOTSTRAP_DRAWS} draws, 95% percentile interval (Owen 2007)"

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Literal, Sequence
 
-from rlhflab.studies.design import DrawnItem, StepBin, StudyDesign, StudyError, stable_seed
+from rlhflab.seeding import derive_seed
+from rlhflab.studies.design import DrawnItem, StepBin, StudyDesign, StudyError
 
 DESIGN_FILE = "study.toml"
 DATABASE_FILE = "study.sqlite"
@@ -298,7 +299,7 @@ class Study:
         earlier = rated[:-3]  # not one still in mind
         if not earlier:
             return None
-        return earlier[stable_seed(rater.seed, "repeat", len(rated)) % len(earlier)]
+        return earlier[derive_seed(rater.seed, "repeat", str(len(rated))) % len(earlier)]
 
     def _fresh_item(self, conn: sqlite3.Connection, rater: Rater) -> int | None:
         rows = conn.execute(
@@ -307,7 +308,7 @@ class Study:
             "  + (SELECT COUNT(*) FROM serves s WHERE s.item_id = i.id AND s.answered = 0 AND s.repeat = 0) AS taken "
             "FROM items i WHERE NOT EXISTS (SELECT 1 FROM serves s WHERE s.item_id = i.id AND s.rater_id = ?)",
             (rater.id,)).fetchall()
-        open_items = [(taken, stable_seed(rater.seed, item_id), item_id) for item_id, taken in rows
+        open_items = [(taken, derive_seed(rater.seed, str(item_id)), item_id) for item_id, taken in rows
                       if taken < self.design.ratings_per_item]
         return min(open_items)[2] if open_items else None
 
