@@ -154,7 +154,7 @@ result = CliRunner().invoke(app, {args!r})
 print(result.exit_code)
 print(result.output)
 """
-TRAINING_STACK = HEAVY + ("vaderSentiment", "pyarrow", "starlette", "uvicorn", "jinja2", "multipart")
+TRAINING_STACK = HEAVY + ("vaderSentiment", "pyarrow", "starlette", "uvicorn", "jinja2", "python_multipart")
 
 
 def run_light(args: list[str]) -> tuple[int, str]:

@@ -395,6 +395,9 @@ def doctor(
     interval: float = typer.Option(2.0, "--interval", help="With --follow: seconds between looks at the log."),
     idle_exit: Optional[float] = typer.Option(None, "--idle-exit", help="With --follow: stop following once the "
                                               "log has not changed for this many seconds (default: never)."),
+    truth: Optional[str] = typer.Option(None, "--truth", help="STUDY[:SYSTEM]: read a rating study's mean rating "
+                                        "per step bin as the run's gold (default for a run without a gold of its "
+                                        "own: a study in RUN/studies/)."),
 ) -> None:
     """Diagnose a run or another trainer's log: findings, evidence, ranked causes, fixes.
 
@@ -421,9 +424,13 @@ def doctor(
         console.print("[red]error:[/red] give a log to diagnose (or --list-formats)")
         raise typer.Exit(2)
     if follow:
+        if truth is not None:
+            console.print("[red]error:[/red] --truth is read once, not followed: diagnose without --follow")
+            raise typer.Exit(2)
         _follow(path, parse_map_options(mapping), format_name, stop_on, interval, idle_exit)
     try:
-        table, diagnosis = read_and_diagnose(path, parse_map_options(mapping), format_name, samples)
+        table, diagnosis = read_and_diagnose(path, parse_map_options(mapping), format_name, samples,
+                                             truth=lambda table: _rated_truth(path, truth, table))
     except LogFormatError as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
@@ -438,6 +445,36 @@ def doctor(
     else:
         print_diagnosis(diagnosis)
     raise typer.Exit(diagnosis.exit_code)
+
+
+def _rated_truth(log: Path, truth: Optional[str], table):
+    """The rated truth `--truth` names, or a study in an rlhflab run without a gold of its own
+    (RUN/studies/*/ with ratings), or None; a study that cannot be read is bad input (exit 2)."""
+    from rlhflab.studies.store import DATABASE_FILE
+
+    studies = sorted(p.parent for p in (log / "studies").glob(f"*/{DATABASE_FILE}")) if log.is_dir() else []
+    if truth is None and (not studies or table.get("reward/gold_mean") is not None):
+        return None
+    _studies_extra()
+    from rlhflab.studies.design import StudyError
+    from rlhflab.studies.store import Study
+    from rlhflab.studies.truth import match_system, parse_truth, rated_truth
+
+    try:
+        if truth is not None:
+            directory, system = parse_truth(truth)
+            study = Study.open(directory)
+            return rated_truth(study, match_system(study, log, system))
+        for directory in studies:
+            study = Study.open(directory)
+            try:
+                return rated_truth(study, match_system(study, log))
+            except StudyError:
+                continue  # a study of other systems, or not rated yet
+        return None
+    except StudyError as err:
+        console.print(f"[red]error:[/red] --truth: {escape(str(err))}")
+        raise typer.Exit(2) from None
 
 
 def _follow(path: Path, mapping, format_name: Optional[str], stop_on: str, interval: float,
@@ -662,6 +699,9 @@ def compare(
     html_path: Optional[Path] = typer.Option(None, "--html", help="Write both sides' curves, overlaid, with the "
                                              "findings marked, to this file."),
     mapping: Optional[list[str]] = typer.Option(None, "--map", help="As for `rlhflab doctor`, for both sides."),
+    truth: Optional[Path] = typer.Option(None, "--truth", help="A rating study holding both sides as systems: "
+                                         "the truth's change is the change of their mean rating, its interval "
+                                         "from resampling the study's items and raters."),
 ) -> None:
     """Compare runs before and after a fix, in their noise: each finding of the before side gone, weaker or
     still there; new findings; the change of the truth (gold or held-out score, else the proxy, said) with
@@ -686,7 +726,11 @@ def compare(
     except (LogFormatError, ValueError) as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
-    result = compare_tables(before, after)
+    change = None
+    if truth is not None:
+        change = _study_truth_change(truth, runs[:split], [r for r in runs[split + 1:] if r != AFTER_MARK],
+                                     before, after)
+    result = compare_tables(before, after, truth=change)
     if html_path is not None:
         from rlhflab.doctor.compare_report import write_compare_report
 
@@ -774,7 +818,7 @@ def _studies_extra() -> None:
     import importlib
 
     missing = []
-    for module in ("starlette", "uvicorn", "jinja2", "multipart", "numpy"):
+    for module in ("starlette", "uvicorn", "jinja2", "python_multipart", "numpy"):
         try:
             importlib.import_module(module)
         except ImportError:
@@ -835,6 +879,31 @@ def _print_study_results(study, json_output: bool) -> None:
     console.print(f"[dim]{escape(res.method)}[/dim]")
     for note in res.notes:
         console.print(f"[dim]note: {escape(note)}[/dim]")
+
+
+def _study_truth_change(directory: Path, before_runs: list[str], after_runs: list[str], before, after):
+    """compare --truth: each run matched to a system of the study, its rated truth attached to
+    its table (the gold rules read it), and the change measured from the study."""
+    _studies_extra()
+    from rlhflab.doctor.truth import attach_truth
+    from rlhflab.studies.design import StudyError
+    from rlhflab.studies.store import Study
+    from rlhflab.studies.truth import match_system, rated_truth, truth_change
+
+    try:
+        study = Study.open(directory)
+        sides = [[match_system(study, Path(r)) for r in runs] for runs in (before_runs, after_runs)]
+        if set(sides[0]) & set(sides[1]):
+            raise StudyError(f"{directory}: the runs before and after match the same system "
+                             f"({', '.join(sorted(set(sides[0]) & set(sides[1])))}); give runs that are systems of "
+                             "their own (rlhflab rate NAME=RUN ... --add)")
+        for tables, systems in ((before, sides[0]), (after, sides[1])):
+            for table, system in zip(tables, systems):
+                attach_truth(table, rated_truth(study, system))
+        return truth_change(study, sides[0], sides[1])
+    except StudyError as err:
+        console.print(f"[red]error:[/red] --truth: {escape(str(err))}")
+        raise typer.Exit(2) from None
 
 
 def print_comparison(result) -> None:

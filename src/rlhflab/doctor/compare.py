@@ -190,12 +190,14 @@ def differing_settings(before: list[MetricTable], after: list[MetricTable]) -> d
             if f.name not in ("trainer", "has_gold") and getattr(b, f.name) != getattr(a, f.name)}
 
 
-def compare_tables(before: list[MetricTable], after: list[MetricTable], seed: int = 0) -> Comparison:
-    """The comparison of two sides (one or more runs each), with its verdict."""
+def compare_tables(before: list[MetricTable], after: list[MetricTable], seed: int = 0,
+                   truth: TruthChange | None = None) -> Comparison:
+    """The comparison of two sides (one or more runs each), with its verdict; `truth`: the
+    truth's change measured elsewhere (a rating study), instead of from the curves."""
     b_diag, a_diag = [diagnose(t) for t in before], [diagnose(t) for t in after]
     result = Comparison()
     result.findings, result.new_findings = finding_changes(b_diag, a_diag, before, after)
-    result.truth = truth_change(before, after, seed)
+    result.truth = truth or truth_change(before, after, seed)
     result.settings = differing_settings(before, after)
     result.verdict, result.why = verdict(result, b_diag, a_diag)
     return result

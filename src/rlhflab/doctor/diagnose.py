@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 from rlhflab.doctor.causes import CheckupVerdict, rank_causes
 from rlhflab.doctor.findings import FAMILIES, Coverage, Diagnosis, Evidence, Finding
@@ -11,6 +12,7 @@ from rlhflab.doctor.formats import UserMapping, read_log, render_fix, verify_com
 from rlhflab.doctor.formats.rlhflab import read_checkup
 from rlhflab.doctor.rules import RULES, Rule
 from rlhflab.doctor.table import MetricTable
+from rlhflab.doctor.truth import RatedTruth, attach_truth
 from rlhflab.runs import write_json
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -89,11 +91,16 @@ def checkup_findings(table: MetricTable, checkup: CheckupVerdict | None) -> list
 
 
 def read_and_diagnose(path: Path, mapping: UserMapping | None = None, format_name: str | None = None,
-                      samples: Path | None = None) -> tuple[MetricTable, Diagnosis]:
+                      samples: Path | None = None,
+                      truth: Callable[[MetricTable], RatedTruth | None] | None = None) -> tuple[MetricTable, Diagnosis]:
     """Read a log (its format detected, or forced) and its samples (`samples`, or those
     found beside it) and diagnose it, with the run's checkup when it is a run directory
-    that has one: the table (for a report) and the diagnosis."""
+    that has one: the table (for a report) and the diagnosis. `truth`, given the table,
+    returns a rated truth to read as its gold (doctor/truth.py), or None."""
     table = read_log(Path(path), mapping, format_name, samples)
+    rated = truth(table) if truth is not None else None
+    if rated is not None:
+        attach_truth(table, rated)
     return table, diagnose(table, checkup=read_checkup(Path(path)) if Path(path).is_dir() else None)
 
 

@@ -14,6 +14,7 @@ from rlhflab.doctor.findings import Diagnosis
 from rlhflab.doctor.formats import render_change, verify_command
 from rlhflab.doctor.sample_measures import samples_at
 from rlhflab.doctor.table import MetricTable
+from rlhflab.doctor.truth import GOLD, RatedTruth
 from rlhflab.runs import RunDir
 
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -54,6 +55,9 @@ def plot_panels(table: MetricTable, diagnosis: Diagnosis,
             continue
         fig, ax = plt.subplots(figsize=(5.2, 2.8))
         for metric in present:
+            if metric == GOLD and table.truth is not None:
+                _plot_rated(ax, table.truth)
+                continue
             s = table.get(metric, any_unit=True)
             line, = ax.plot(s.steps, s.values, label=metric, linewidth=1.2)
             if compare is not None and compare.get(metric) is not None:
@@ -73,6 +77,32 @@ def plot_panels(table: MetricTable, diagnosis: Diagnosis,
         images.append((title, _png(fig)))
         plt.close(fig)
     return images
+
+
+def _plot_rated(ax, truth: RatedTruth) -> None:
+    """The rated truth on its own axis (a rating scale, not the proxy's unit): each bin's mean
+    rating at its mean step, with its 95% interval."""
+    twin = ax.twinx()
+    points = truth.points
+    twin.errorbar([p.step for p in points], [p.mean for p in points],
+                  yerr=[[p.mean - p.low for p in points], [p.high - p.mean for p in points]],
+                  fmt="o-", color="black", markersize=3, linewidth=1.0, capsize=2, label="rated (95% interval)")
+    twin.set_ylim(truth.scale[0] - 0.2, truth.scale[1] + 0.2)
+    twin.set_ylabel(f"mean rating ({truth.scale[0]}-{truth.scale[1]})", fontsize=7)
+    twin.tick_params(labelsize=7)
+    twin.legend(fontsize=6, loc="lower right")
+
+
+def _rated_at(table: MetricTable, step: int) -> str:
+    """The rated items of the study's bin that holds a finding's onset."""
+    point = table.truth.point_at(step) if table.truth is not None else None
+    if point is None:
+        return ""
+    rows = "".join(f"<tr><td>{e.rating:.2f}</td><td>{e.step}</td><td>{html.escape(e.prompt)}</td>"
+                   f"<td>{html.escape(e.response)}</td></tr>" for e in point.examples)
+    return (f"<details open><summary>Rated samples of steps {point.first_step}-{point.last_step}: mean rating "
+            f"{point.mean:.2f} [{point.low:.2f}, {point.high:.2f}], {point.n} ratings</summary>"
+            f"<table><tr><th>rating</th><th>step</th><th>prompt</th><th>response</th></tr>{rows}</table></details>")
 
 
 def _samples_section(table: MetricTable) -> str:
@@ -164,7 +194,7 @@ def _findings_section(diagnosis: Diagnosis, table: MetricTable) -> str:
             f"<table><tr><th>metric</th><th>onset</th><th>observed</th><th>threshold</th><th>source</th></tr>"
             f"{evidence}</table><p>Likely causes, most likely first:</p><ol>{causes}</ol>"
             f"<p>Verify: <code>{html.escape(verify_command(diagnosis, f))}</code></p>"
-            f"{_onset_samples(table, f.onset_step)}</div>"
+            f"{_rated_at(table, f.onset_step)}{_onset_samples(table, f.onset_step)}</div>"
         )
     if diagnosis.skipped:
         skipped = ", ".join(f"{rule} (needs {', '.join(m)})" for rule, m in diagnosis.skipped.items())

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rlhflab.doctor.metrics import canonical_unit
 from rlhflab.doctor.settings import RunSettings
 from rlhflab.doctor.units import Unit
+
+if TYPE_CHECKING:
+    from rlhflab.doctor.truth import RatedTruth
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class MetricTable:
     steps_read: int = 0  # distinct steps at which an understood training metric was logged
     guesses: list[dict] = field(default_factory=list)  # names read by spelling: name, taken_for, why
     samples: list = field(default_factory=list)  # the SampleSets read beside the log (doctor/samples.py)
+    truth: RatedTruth | None = None  # reward/gold_mean measured by a rating study, with its intervals (doctor/truth.py)
 
     def get(self, name: str, any_unit: bool = False) -> Series | None:
         """The series of `name` in its canonical unit; one the table could not convert is

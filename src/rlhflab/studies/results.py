@@ -62,11 +62,15 @@ def _or_none(x: float) -> float | None:
     return None if x != x else x  # NaN -> None, for JSON
 
 
-def study_results(study: Study, raters: set[str] | None = None) -> StudyResults:
-    """The summary of `study`'s ratings (module docstring); `raters` keeps only those raters' ratings."""
-    everyone = study.raters()
-    names = {r.id: r.name for r in everyone}
-    rows = [r for r in study.ratings() if raters is None or names[r.rater_id] in raters]
+HUMAN_KINDS = ("person", "bot")
+"""The raters whose ratings are a study's truth; judges are compared with them, never pooled."""
+
+
+def study_results(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> StudyResults:
+    """The summary of `study`'s ratings by raters of `kinds` (module docstring)."""
+    everyone = [r for r in study.raters() if r.kind in kinds]
+    ids = {r.id for r in everyone}
+    rows = [r for r in study.ratings() if r.rater_id in ids]
     fresh = [r for r in rows if not r.repeat]
     design = study.design
     by_bin: dict[tuple[str, int], list[RatingRow]] = defaultdict(list)
@@ -97,7 +101,7 @@ def study_results(study: Study, raters: set[str] | None = None) -> StudyResults:
                                design.scale) if paired else float("nan")
     notes = [] if paired else ["no item has ratings from two raters yet: agreement cannot be measured"]
     return StudyResults((design.scale_min, design.scale_max), results, _or_none(alpha), len(paired),
-                        [_rater_result(r, rows) for r in everyone if raters is None or r.name in raters], method, notes)
+                        [_rater_result(r, rows) for r in everyone], method, notes)
 
 
 def _rater_result(rater, rows: list[RatingRow]) -> RaterResult:

@@ -75,25 +75,58 @@ class Interval:
     method: str
 
 
+def crossed_bootstrap_draws(item: Sequence[int], rater: Sequence[int], value: Sequence[float],
+                            group: Sequence[int] | None = None, draws: int = 2000, seed: int = 0) -> np.ndarray:
+    """Bootstrap means of `value` per group (draws, groups), resampling items and raters
+    together: each draw weighs a rating by (times its item was drawn) x (times its rater was
+    drawn). Items are drawn with replacement within their own group (a system's items stay
+    its own); raters are drawn once per draw for every group, since the same people rate
+    every system and their leniency moves all groups alike. NaN where a draw left a group
+    no rating."""
+    value = np.asarray(value, dtype=float)
+    group = np.zeros(len(value), dtype=int) if group is None else np.asarray(group)
+    groups = int(group.max()) + 1 if len(group) else 0
+    items, item_index = np.unique(np.asarray(item), return_inverse=True)
+    raters, rater_index = np.unique(np.asarray(rater), return_inverse=True)
+    item_group = np.zeros(len(items), dtype=int)
+    item_group[item_index] = group
+    rng = np.random.default_rng(seed)
+    item_weight = np.zeros((draws, len(items)))
+    for g in range(groups):
+        members = np.flatnonzero(item_group == g)
+        if len(members):
+            item_weight[:, members] = rng.multinomial(len(members), np.full(len(members), 1.0 / len(members)),
+                                                      size=draws)
+    rater_weight = rng.multinomial(len(raters), np.full(len(raters), 1.0 / len(raters)), size=draws)
+    weight = item_weight[:, item_index] * rater_weight[:, rater_index]  # (draws, ratings)
+    means = np.full((draws, groups), np.nan)
+    for g in range(groups):
+        mine = group == g
+        total = weight[:, mine].sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means[:, g] = np.where(total > 0, weight[:, mine] @ value[mine] / np.where(total > 0, total, 1), np.nan)
+    return means
+
+
+def percentile_interval(draws: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    kept = draws[np.isfinite(draws)]
+    if not len(kept):
+        return float("nan"), float("nan")
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(kept, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
 def crossed_bootstrap(item: Sequence[int], rater: Sequence[int], value: Sequence[float], draws: int = 2000,
                       seed: int = 0, level: float = 0.95) -> Interval:
     """The mean of `value` with a percentile interval from resampling items and raters
-    together: each draw weighs a rating by (times its item was drawn) x (times its rater
-    was drawn), both drawn with replacement from those present. Draws where no drawn item
-    was rated by a drawn rater are redrawn as absent (left out)."""
+    together (`crossed_bootstrap_draws` with one group). Draws where no drawn item was rated
+    by a drawn rater are left out."""
     value = np.asarray(value, dtype=float)
     if len(value) == 0:
         return Interval(float("nan"), float("nan"), float("nan"), "no ratings")
-    items, item_index = np.unique(np.asarray(item), return_inverse=True)
-    raters, rater_index = np.unique(np.asarray(rater), return_inverse=True)
-    rng = np.random.default_rng(seed)
-    item_weight = rng.multinomial(len(items), np.full(len(items), 1.0 / len(items)), size=draws)
-    rater_weight = rng.multinomial(len(raters), np.full(len(raters), 1.0 / len(raters)), size=draws)
-    weight = item_weight[:, item_index] * rater_weight[:, rater_index]  # (draws, ratings)
-    total = weight.sum(axis=1)
-    kept = total > 0
-    means = (weight[kept] @ value) / total[kept]
-    tail = (1.0 - level) / 2.0
-    low, high = np.quantile(means, [tail, 1.0 - tail]) if len(means) else (float("nan"),) * 2
-    return Interval(float(value.mean()), float(low), float(high),
-                    f"bootstrap over {len(items)} items x {len(raters)} raters, {draws} draws, percentile {level:.0%}")
+    means = crossed_bootstrap_draws(item, rater, value, None, draws, seed)[:, 0]
+    low, high = percentile_interval(means, level)
+    return Interval(float(value.mean()), low, high,
+                    f"bootstrap over {len(set(item))} items x {len(set(rater))} raters, {draws} draws, "
+                    f"percentile {level:.0%}")

@@ -14,6 +14,7 @@ from rlhflab.doctor.rules.reward_model import RM_SCORES_LENGTH, RM_WEAK
 from rlhflab.doctor.rules.update import LARGE_FIRST_UPDATE, UNSCALED_REWARDS
 from rlhflab.doctor.signals import baseline, first_where, noise_sigma, smooth, window
 from rlhflab.doctor.table import MetricTable, Series, aligned
+from rlhflab.doctor.truth import RatedPoint, significantly_below
 
 GOLD_DROP = Threshold(
     "GOLD_DROP", 3.0,
@@ -69,8 +70,11 @@ class GoldCurves:
     proxy_noise: float
 
     @staticmethod
-    def of(table: MetricTable) -> "GoldCurves | None":
-        """None when the two share fewer than 6 steps."""
+    def of(table: MetricTable) -> "GoldCurves | RatedCurves | None":
+        """None when the two share fewer than 6 steps; a rated truth (doctor/truth.py) is read
+        point by point with its intervals (`RatedCurves`)."""
+        if table.truth is not None:
+            return RatedCurves.of(table)
         proxy, gold = aligned(table.get("reward/proxy_mean", any_unit=True),
                               table.get("reward/gold_mean", any_unit=True))
         n = len(gold)
@@ -93,11 +97,81 @@ class GoldCurves:
         """The smoothed proxy's change since the gold's peak."""
         return self.p[-1] - self.p[self.peak]
 
+    def stalled(self) -> bool:
+        """No new best for GOLD_STALL_SHARE of the run (the points since the peak)."""
+        return len(self.g) - 1 - self.peak >= GOLD_STALL_SHARE.value * len(self.g)
+
     def gold_evidence(self, index: int) -> Evidence:
         return evidence("reward/gold_mean", self.gold, index, f"smoothed gold {GOLD_DROP.value:g} sigma "
                         f"({GOLD_DROP.value * self.gold_noise:.3g}) below its peak {self.g[self.peak]:.3g} (step "
                         f"{self.gold.steps[self.peak]})", GOLD_DROP.source, peak=self.g[self.peak],
                         peak_step=float(self.gold.steps[self.peak]), noise_sigma=self.gold_noise)
+
+
+@dataclass(frozen=True)
+class RatedCurves:
+    """A rated truth (a rating study's step bins, each a mean with its interval) and the proxy
+    averaged over each bin's steps. The points are read as they are, without smoothing: each
+    is already an average over its bin. A fall counts where points lie below the peak beyond
+    both intervals (`significantly_below`); a stall where every point after the peak lies
+    below the peak's mean beyond its own interval (confidently no new best)."""
+
+    gold: Series  # the rated means at their points' steps
+    proxy: Series  # the proxy's mean over each point's bin
+    g: list[float]
+    p: list[float]
+    peak: int
+    gold_noise: float  # 0: a rated point carries its own interval instead
+    proxy_noise: float
+    points: tuple[RatedPoint, ...]
+
+    @staticmethod
+    def of(table: MetricTable) -> "RatedCurves | None":
+        proxy = table.get("reward/proxy_mean", any_unit=True)
+        if proxy is None:
+            return None
+        points, means = [], []
+        for point in table.truth.points:
+            inside = [v for step, v in zip(proxy.steps, proxy.values) if point.first_step <= step <= point.last_step]
+            if inside:
+                points.append(point)
+                means.append(sum(inside) / len(inside))
+        if len(points) < 3:
+            return None
+        g = [p.mean for p in points]
+        steps = tuple(p.step for p in points)
+        return RatedCurves(Series(steps, tuple(g)), Series(steps, tuple(means)), g, means,
+                           max(range(len(g)), key=g.__getitem__), 0.0, noise_sigma(proxy.values), tuple(points))
+
+    def fall_onset(self) -> int | None:
+        """The first point after the peak from which every point lies below the peak beyond
+        both intervals; None when the last point does not."""
+        below = [significantly_below(self.points[self.peak], q) for q in self.points]
+        onset = None
+        for i in range(len(below) - 1, self.peak, -1):
+            if not below[i]:
+                break
+            onset = i
+        return onset
+
+    def proxy_gain(self) -> float:
+        return self.p[-1] - self.p[self.peak]
+
+    def stalled(self) -> bool:
+        later = self.points[self.peak + 1:]
+        return (len(later) >= GOLD_STALL_SHARE.value * len(self.points)
+                and all(q.high < self.points[self.peak].mean for q in later))
+
+    def gold_evidence(self, index: int) -> Evidence:
+        peak, point = self.points[self.peak], self.points[index]
+        return evidence("reward/gold_mean", self.gold, index, f"rated {point.mean:.3g} [{point.low:.3g}, "
+                        f"{point.high:.3g}] below the peak {peak.mean:.3g} [{peak.low:.3g}, {peak.high:.3g}] (step "
+                        f"{peak.step}) beyond both intervals", RATED_FALL_SOURCE, peak=peak.mean,
+                        peak_step=float(peak.step), peak_low=peak.low, low=point.low, high=point.high)
+
+
+RATED_FALL_SOURCE = ("a rating study's 95% intervals (items and raters resampled): two bins differ when the gap between "
+                     "their means exceeds the root sum of squares of the half-widths facing each other")
 
 
 @rule("reward_hacking_gold", "reward_hacking", requires=("reward/proxy_mean", "reward/gold_mean"),
@@ -154,7 +228,7 @@ def gold_stalled(table: MetricTable) -> Detection | None:
     if curves is None or curves.fall_onset() is not None:  # a fall is the other gold rules' case
         return None
     n, peak = len(curves.g), curves.peak
-    if n - 1 - peak < GOLD_STALL_SHARE.value * n or curves.proxy_gain() <= PROXY_STALL_RISE.value * curves.proxy_noise:
+    if not curves.stalled() or curves.proxy_gain() <= PROXY_STALL_RISE.value * curves.proxy_noise:
         return None
     return Detection(
         f"gold stalled: no new best since step {curves.gold.steps[peak]} while the proxy rose "
