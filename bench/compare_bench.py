@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
-from benchlib import replace_section
+from benchlib import replace_section, wilson
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "## Comparing runs before and after a fix", "<!-- end compare bench -->"
@@ -97,16 +96,6 @@ def world_seed_spread(runs: list[Path]) -> tuple[list[float], float]:
     ends = [statistics.fmean(end_values([r["reward/gold_mean"] for r in read_jsonl(run / "metrics" / "ppo.jsonl")
                                          if "reward/gold_mean" in r])) for run in runs]
     return ends, statistics.stdev(ends)
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson's score interval for a binomial proportion (Wilson 1927)."""
-    if n == 0:
-        return math.nan, math.nan
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def main() -> None:

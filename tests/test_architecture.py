@@ -20,6 +20,7 @@ LAYERS = (
     {"studies"},  # rating studies: read samples with the doctor's readers, never train
     {"config"},
     {"models", "engines"},
+    {"studies.judges"},  # judges load models: they sit above them, beside nothing that trains
     {"sources"},
     {"ppo", "stages"},
     {"faults", "faults.zoo", "checkup"},
@@ -42,12 +43,14 @@ def _module_name(path: Path) -> str:
 
 
 def _unit(module: str) -> str:
-    """`rlhflab.ppo.trainer` -> `ppo`; the fault zoo and its bench are separate units."""
+    """`rlhflab.ppo.trainer` -> `ppo`; the fault zoo and its bench are separate units, as are the studies' judges."""
     parts = module.split(".")[1:]
     if not parts:
         return "rlhflab"
     if parts[0] == "faults" and len(parts) > 1:
         return f"faults.{parts[1]}"
+    if parts[:2] == ["studies", "judges"]:
+        return "studies.judges"
     return parts[0]
 
 

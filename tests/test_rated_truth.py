@@ -58,6 +58,12 @@ def test_a_rated_fall_beyond_the_intervals_is_reward_hacking_dated_at_its_first_
     assert "gold_falling" not in found
 
 
+def test_the_fall_is_dated_at_the_first_point_below_the_peaks_interval():
+    # bin 5 (4.85) lies below the peak's interval [4.9, 5.5] though not beyond both intervals: the fall starts there
+    means = RISE_THEN_FALL[:5] + [4.85] + RISE_THEN_FALL[6:]
+    assert fired(table_with(rated(means, 0.3))).get("reward_hacking_gold") == BINS[5][0] + 3
+
+
 def test_the_same_means_inside_wide_intervals_are_no_fall():
     found = fired(table_with(rated(RISE_THEN_FALL, 1.8)))
     assert "reward_hacking_gold" not in found and "gold_falling" not in found

@@ -777,6 +777,16 @@ def rate(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default loopback only)."),
     port: int = typer.Option(8765, "--port", help="Port (0: any free one)."),
     no_serve: bool = typer.Option(False, "--no-serve", help="Build or open the study, print its links, and exit."),
+    judges: Optional[list[str]] = typer.Option(None, "--judge", help="KIND:DIR: rate every item with a local model "
+                                               "and exit: rm (a reward model dir), classifier (any sequence "
+                                               "classifier), lm (a causal LM asked with --template)."),
+    template: Optional[Path] = typer.Option(None, "--template", help="With --judge lm:DIR: the prompt, with "
+                                            "{prompt}, {response} (and {low}, {high}), ending where the rating's "
+                                            "number follows."),
+    label: Optional[str] = typer.Option(None, "--label", help="With --judge classifier:DIR: the label whose "
+                                        "probability is the score (default: the last)."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="With --judge rm:DIR for a reward model "
+                                             "saved without a tokenizer: the directory of the one it reads."),
 ) -> None:
     _studies_extra()
     from rlhflab.doctor.formats import LogFormatError
@@ -806,11 +816,50 @@ def rate(
         console.print(f"added {system.name} ({system.format}: {escape(system.source)})")
     console.print(f"study {directory}: {len(opened.systems())} systems, {opened.item_count()} items, "
                   f"{len(links)} rater links")
+    if judges:
+        _run_judges(opened, judges, template, label, tokenizer)
+        return
     if no_serve:
         for rater in links:
             typer.echo(f"{rater.name}\t/r/{rater.token}/")
         return
     _serve_study(opened, links, host, port)
+
+
+JUDGE_KINDS = ("rm", "classifier", "lm")
+
+
+def _run_judges(study, judges: list[str], template: Optional[Path], label: Optional[str],
+                tokenizer: Optional[Path]) -> None:
+    """`rate --judge KIND:DIR ...`: each judge rates every item (resuming), then the agreement."""
+    from rlhflab.studies.design import StudyError
+
+    _training_stack()
+    from rlhflab.progress import progress_bar
+    from rlhflab.studies.judges import ClassifierJudge, LanguageModelJudge, RewardModelJudge, judge_study
+
+    for spec in judges:
+        kind, _, directory = spec.partition(":")
+        if kind not in JUDGE_KINDS or not directory:
+            console.print(f"[red]error:[/red] --judge {escape(spec)}: expected KIND:DIR with KIND one of "
+                          f"{', '.join(JUDGE_KINDS)}")
+            raise typer.Exit(2)
+        try:
+            if kind == "lm":
+                if template is None:
+                    raise StudyError("--judge lm:DIR needs --template FILE")
+                judge = LanguageModelJudge(Path(directory), template.read_text(encoding="utf-8"),
+                                           (study.design.scale_min, study.design.scale_max))
+            elif kind == "classifier":
+                judge = ClassifierJudge(Path(directory), label)
+            else:
+                judge = RewardModelJudge(Path(directory), tokenizer)
+            with progress_bar(f"judge {judge.name}", study.item_count()) as bar:
+                judge_study(study, judge, bar.advance)
+        except (StudyError, OSError, ValueError) as err:
+            console.print(f"[red]error:[/red] --judge {escape(spec)}: {escape(str(err))}")
+            raise typer.Exit(2) from None
+    _print_study_results(study, json_output=False)
 
 
 def _studies_extra() -> None:
@@ -876,6 +925,14 @@ def _print_study_results(study, json_output: bool) -> None:
                        *("-" if v is None else f"{v:.2f}" for v in (r.repeat_exact, r.repeat_within_one,
                                                                     r.repeat_mean_abs_diff)))
     console.print(raters)
+    if res.judges:
+        judges = Table(title="judges against the people's mean rating per item")
+        for column in ("judge", "items", "Spearman", "95% interval"):
+            judges.add_column(column)
+        for j in res.judges:
+            judges.add_row(j.name, str(j.items), "-" if j.spearman is None else f"{j.spearman:.3f}",
+                           "-" if j.low is None else f"[{j.low:.3f}, {j.high:.3f}]")
+        console.print(judges)
     console.print(f"[dim]{escape(res.method)}[/dim]")
     for note in res.notes:
         console.print(f"[dim]note: {escape(note)}[/dim]")

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
 from rlhflab.seeding import derive_seed
-from rlhflab.studies.stats import crossed_bootstrap, krippendorff_alpha
+from rlhflab.studies.stats import crossed_bootstrap, krippendorff_alpha, spearman_interval
 from rlhflab.studies.store import RatingRow, Study
 
 BOOTSTRAP_DRAWS = 2000
@@ -45,6 +45,18 @@ class RaterResult:
 
 
 @dataclass(frozen=True)
+class JudgeResult:
+    """A judge against the people: Spearman's rho between its value for each item (its
+    rating, else its raw score) and the item's mean rating by people."""
+
+    name: str
+    items: int  # items both the judge and at least one person rated
+    spearman: float | None
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
 class StudyResults:
     scale: tuple[int, int]
     bins: list[BinResult]
@@ -53,6 +65,7 @@ class StudyResults:
     raters: list[RaterResult]
     method: str
     notes: list[str] = field(default_factory=list)
+    judges: list[JudgeResult] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -62,7 +75,7 @@ def _or_none(x: float) -> float | None:
     return None if x != x else x  # NaN -> None, for JSON
 
 
-HUMAN_KINDS = ("person", "bot")
+HUMAN_KINDS = ("person", "bot", "tool")
 """The raters whose ratings are a study's truth; judges are compared with them, never pooled."""
 
 
@@ -101,7 +114,30 @@ def study_results(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> StudyRe
                                design.scale) if paired else float("nan")
     notes = [] if paired else ["no item has ratings from two raters yet: agreement cannot be measured"]
     return StudyResults((design.scale_min, design.scale_max), results, _or_none(alpha), len(paired),
-                        [_rater_result(r, rows) for r in everyone], method, notes)
+                        [_rater_result(r, rows) for r in everyone], method, notes, judge_agreement(study, kinds))
+
+
+def judge_agreement(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> list[JudgeResult]:
+    """Each judge's Spearman's rho with the people's mean rating per item, its interval from
+    resampling the items (bootstrap, 2000 draws)."""
+    raters = study.raters()
+    people = {r.id for r in raters if r.kind in kinds}
+    rows = study.ratings()
+    by_item: dict[int, list[float]] = defaultdict(list)
+    for r in rows:
+        if r.rater_id in people and not r.repeat and r.rating is not None:
+            by_item[r.item_id].append(r.rating)
+    out = []
+    for judge in (r for r in raters if r.kind == "judge"):
+        said = {r.item_id: r.rating if r.rating is not None else r.score for r in rows if r.rater_id == judge.id}
+        items = sorted(i for i, v in said.items() if v is not None and i in by_item)
+        if len(items) < 3:
+            out.append(JudgeResult(judge.name, len(items), None, None, None))
+            continue
+        rho = spearman_interval([said[i] for i in items], [sum(by_item[i]) / len(by_item[i]) for i in items],
+                                BOOTSTRAP_DRAWS, derive_seed(study.design.seed, "judge", judge.name))
+        out.append(JudgeResult(judge.name, len(items), _or_none(rho.mean), _or_none(rho.low), _or_none(rho.high)))
+    return out
 
 
 def _rater_result(rater, rows: list[RatingRow]) -> RaterResult:

@@ -130,3 +130,33 @@ def crossed_bootstrap(item: Sequence[int], rater: Sequence[int], value: Sequence
     return Interval(float(value.mean()), low, high,
                     f"bootstrap over {len(set(item))} items x {len(set(rater))} raters, {draws} draws, "
                     f"percentile {level:.0%}")
+
+
+def average_ranks(values: Sequence[float]) -> np.ndarray:
+    """Ranks from 1, ties given the mean of the ranks they span."""
+    values = np.asarray(values, dtype=float)
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(1, len(values) + 1)
+    for value in np.unique(values):
+        tied = values == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation: Pearson's on average ranks (NaN when either is constant)."""
+    rx, ry = average_ranks(x), average_ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def spearman_interval(x: Sequence[float], y: Sequence[float], draws: int = 2000, seed: int = 0,
+                      level: float = 0.95) -> Interval:
+    """Spearman's rho with a percentile interval from resampling the items (pairs)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    rng = np.random.default_rng(seed)
+    rhos = np.array([spearman(x[idx], y[idx]) for idx in rng.integers(0, len(x), size=(draws, len(x)))])
+    low, high = percentile_interval(rhos, level)
+    return Interval(spearman(x, y), low, high, f"bootstrap over {len(x)} items, {draws} draws, percentile {level:.0%}")

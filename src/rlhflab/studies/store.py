@@ -31,7 +31,7 @@ from rlhflab.studies.design import DrawnItem, StepBin, StudyDesign, StudyError
 DESIGN_FILE = "study.toml"
 DATABASE_FILE = "study.sqlite"
 SCHEMA_VERSION = 1
-RaterKind = Literal["person", "bot", "judge"]
+RaterKind = Literal["person", "bot", "tool", "judge"]  # tool: a person rating in an annotation tool (imported)
 Outcome = Literal["recorded", "duplicate", "unknown", "forbidden", "invalid"]
 
 SCHEMA = """
@@ -50,6 +50,7 @@ CREATE TABLE bins (
 );
 CREATE TABLE items (
     id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,           -- a random name for exports: says nothing of the item's system or step
     system_id INTEGER NOT NULL REFERENCES systems(id),
     bin INTEGER NOT NULL,
     step INTEGER NOT NULL,
@@ -61,7 +62,7 @@ CREATE TABLE items (
 CREATE TABLE raters (
     id INTEGER PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
-    kind TEXT NOT NULL,                 -- person | bot | judge
+    kind TEXT NOT NULL,                 -- person | bot | tool (imported) | judge
     token TEXT NOT NULL UNIQUE,         -- the secret in the rater's link
     seed INTEGER NOT NULL               -- the rater's own order of items
 );
@@ -80,7 +81,9 @@ CREATE TABLE ratings (
     serve_id INTEGER NOT NULL UNIQUE REFERENCES serves(id),
     rater_id INTEGER NOT NULL REFERENCES raters(id),
     item_id INTEGER NOT NULL REFERENCES items(id),
-    rating INTEGER,                     -- on the design's scale; NULL: "unreadable/broken"
+    rating REAL,                        -- on the design's scale (a judge's may fall between points);
+                                        -- NULL: "unreadable/broken", or a judge with no rating on the scale
+    score REAL,                         -- a judge's raw output on its own scale (a reward model's score)
     repeat INTEGER NOT NULL,
     rated_at REAL NOT NULL
 );
@@ -132,10 +135,11 @@ class RatingRow:
     system: str
     bin: int
     step: int
-    rating: int | None  # None: unreadable/broken
+    rating: float | None  # None: unreadable/broken (or a judge with a raw score only)
     repeat: bool
     rated_at: float
     serve_id: int
+    score: float | None = None  # a judge's raw score
 
 
 class Study:
@@ -213,9 +217,10 @@ class Study:
             conn.executemany("INSERT INTO bins VALUES (?, ?, ?, ?)",
                              [(system_id, b.index, b.first_step, b.last_step) for b in bins])
             conn.executemany(
-                "INSERT INTO items (system_id, bin, step, prompt, response, reward, gold) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(system_id, i.bin, i.sample.step, i.sample.prompt, i.sample.response, i.sample.reward,
-                  i.sample.gold) for i in items])
+                "INSERT INTO items (key, system_id, bin, step, prompt, response, reward, gold) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(secrets.token_hex(8), system_id, i.bin, i.sample.step, i.sample.prompt, i.sample.response,
+                  i.sample.reward, i.sample.gold) for i in items])
         return System(system_id, name, source, format_name)
 
     def systems(self) -> list[System]:
@@ -288,7 +293,7 @@ class Study:
 
     def _repeat_due(self, conn: sqlite3.Connection, rater: Rater) -> int | None:
         every = self.design.repeat_every
-        if not every:
+        if not every or rater.kind == "judge":
             return None
         rated = [row[0] for row in conn.execute(
             "SELECT item_id FROM ratings WHERE rater_id = ? AND repeat = 0 ORDER BY id", (rater.id,))]
@@ -302,20 +307,27 @@ class Study:
         return earlier[derive_seed(rater.seed, "repeat", str(len(rated))) % len(earlier)]
 
     def _fresh_item(self, conn: sqlite3.Connection, rater: Rater) -> int | None:
+        """A judge rates every item; people share them out (module docstring), judges' ratings not counted."""
         rows = conn.execute(
             "SELECT i.id, "
-            "  (SELECT COUNT(*) FROM ratings r WHERE r.item_id = i.id AND r.repeat = 0)"
-            "  + (SELECT COUNT(*) FROM serves s WHERE s.item_id = i.id AND s.answered = 0 AND s.repeat = 0) AS taken "
+            "  (SELECT COUNT(*) FROM ratings r JOIN raters p ON p.id = r.rater_id "
+            "   WHERE r.item_id = i.id AND r.repeat = 0 AND p.kind != 'judge')"
+            "  + (SELECT COUNT(*) FROM serves s JOIN raters p ON p.id = s.rater_id "
+            "   WHERE s.item_id = i.id AND s.answered = 0 AND s.repeat = 0 AND p.kind != 'judge') AS taken "
             "FROM items i WHERE NOT EXISTS (SELECT 1 FROM serves s WHERE s.item_id = i.id AND s.rater_id = ?)",
             (rater.id,)).fetchall()
+        judge = rater.kind == "judge"
         open_items = [(taken, derive_seed(rater.seed, str(item_id)), item_id) for item_id, taken in rows
-                      if taken < self.design.ratings_per_item]
+                      if judge or taken < self.design.ratings_per_item]
         return min(open_items)[2] if open_items else None
 
-    def record(self, rater: Rater, serve_id: int, nonce: str, rating: int | None) -> Outcome:
+    def record(self, rater: Rater, serve_id: int, nonce: str, rating: float | None,
+               score: float | None = None) -> Outcome:
         """Store `rater`'s answer to the item served as `serve_id` (None: unreadable).
-        `nonce` must be the one that item was served with (the page's CSRF token)."""
-        if rating is not None and rating not in self.design.scale:
+        `nonce` must be the one that item was served with (the page's CSRF token). A
+        person's rating is a point of the scale; a judge's may fall between points, and a
+        judge may give a raw `score` of its own instead."""
+        if rating is not None and not self._on_scale(rater, rating):
             return "invalid"
         with self._write() as conn:
             row = conn.execute("SELECT item_id, nonce, repeat, answered FROM serves WHERE id = ? AND rater_id = ?",
@@ -327,9 +339,33 @@ class Study:
                 return "forbidden"
             if answered:
                 return "duplicate"
-            conn.execute("INSERT INTO ratings (serve_id, rater_id, item_id, rating, repeat, rated_at) "
-                         "VALUES (?, ?, ?, ?, ?, ?)", (serve_id, rater.id, item_id, rating, repeat, time.time()))
+            conn.execute("INSERT INTO ratings (serve_id, rater_id, item_id, rating, score, repeat, rated_at) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?)", (serve_id, rater.id, item_id, rating, score, repeat,
+                                                          time.time()))
             conn.execute("UPDATE serves SET answered = 1 WHERE id = ?", (serve_id,))
+        return "recorded"
+
+    def _on_scale(self, rater: Rater, rating: float) -> bool:
+        if rater.kind == "judge":
+            return self.design.scale_min <= rating <= self.design.scale_max
+        return rating in self.design.scale
+
+    def record_imported(self, rater: Rater, item_key: str, rating: float | None) -> Outcome:
+        """A rating given elsewhere (an annotation tool's export) to the item named `item_key`:
+        served and answered in one transaction; a rater's second answer to an item is a duplicate."""
+        if rating is not None and not self._on_scale(rater, rating):
+            return "invalid"
+        with self._write() as conn:
+            row = conn.execute("SELECT id FROM items WHERE key = ?", (item_key,)).fetchone()
+            if row is None:
+                return "unknown"
+            if conn.execute("SELECT 1 FROM ratings WHERE rater_id = ? AND item_id = ?", (rater.id, row[0])).fetchone():
+                return "duplicate"
+            now = time.time()
+            serve_id = conn.execute("INSERT INTO serves (rater_id, item_id, nonce, repeat, served_at, answered) "
+                                    "VALUES (?, ?, ?, 0, ?, 1)", (rater.id, row[0], "imported", now)).lastrowid
+            conn.execute("INSERT INTO ratings (serve_id, rater_id, item_id, rating, repeat, rated_at) "
+                         "VALUES (?, ?, ?, ?, 0, ?)", (serve_id, rater.id, row[0], rating, now))
         return "recorded"
 
     def progress(self, rater: Rater) -> Progress:
@@ -338,7 +374,8 @@ class Study:
                                  (rater.id,)).fetchone()[0]
             to_go = conn.execute(
                 "SELECT COUNT(*) FROM items i WHERE NOT EXISTS (SELECT 1 FROM ratings r WHERE r.item_id = i.id "
-                "AND r.rater_id = ?) AND (SELECT COUNT(*) FROM ratings r WHERE r.item_id = i.id AND r.repeat = 0) < ?",
+                "AND r.rater_id = ?) AND (SELECT COUNT(*) FROM ratings r JOIN raters p ON p.id = r.rater_id "
+                "WHERE r.item_id = i.id AND r.repeat = 0 AND p.kind != 'judge') < ?",
                 (rater.id, self.design.ratings_per_item)).fetchone()[0]
         return Progress(rated, to_go)
 
@@ -346,15 +383,16 @@ class Study:
     def ratings(self) -> list[RatingRow]:
         with self._connection() as conn:
             rows = conn.execute(
-                "SELECT r.rater_id, r.item_id, s.name, i.bin, i.step, r.rating, r.repeat, r.rated_at, r.serve_id "
+                "SELECT r.rater_id, r.item_id, s.name, i.bin, i.step, r.rating, r.repeat, r.rated_at, r.serve_id, r.score "
                 "FROM ratings r JOIN items i ON i.id = r.item_id JOIN systems s ON s.id = i.system_id "
                 "ORDER BY r.id").fetchall()
-        return [RatingRow(a, b, c, d, e, f, bool(g), h, k) for a, b, c, d, e, f, g, h, k in rows]
+        return [RatingRow(a, b, c, d, e, f, bool(g), h, k, m) for a, b, c, d, e, f, g, h, k, m in rows]
 
     def items(self) -> list[dict]:
         """Every item with its system, bin and step (for analysis and export, never the page)."""
         with self._connection() as conn:
             conn.row_factory = sqlite3.Row
-            rows = conn.execute("SELECT i.id, s.name AS system, i.bin, i.step, i.prompt, i.response, i.reward, i.gold "
+            rows = conn.execute("SELECT i.id, i.key, s.name AS system, i.bin, i.step, i.prompt, i.response, i.reward, "
+                                "i.gold "
                                 "FROM items i JOIN systems s ON s.id = i.system_id ORDER BY i.id").fetchall()
         return [dict(row) for row in rows]

@@ -112,9 +112,10 @@ class GoldCurves:
 class RatedCurves:
     """A rated truth (a rating study's step bins, each a mean with its interval) and the proxy
     averaged over each bin's steps. The points are read as they are, without smoothing: each
-    is already an average over its bin. A fall counts where points lie below the peak beyond
-    both intervals (`significantly_below`); a stall where every point after the peak lies
-    below the peak's mean beyond its own interval (confidently no new best)."""
+    is already an average over its bin. A fall counts where the last RATED_FALL_POINTS
+    points lie below the peak beyond both intervals (`significantly_below`), dated at the
+    first point below the peak's own interval; a stall where every point after the peak lies below the peak's mean beyond its own
+    interval (confidently no new best)."""
 
     gold: Series  # the rated means at their points' steps
     proxy: Series  # the proxy's mean over each point's bin
@@ -144,15 +145,15 @@ class RatedCurves:
                            max(range(len(g)), key=g.__getitem__), 0.0, noise_sigma(proxy.values), tuple(points))
 
     def fall_onset(self) -> int | None:
-        """The first point after the peak from which every point lies below the peak beyond
-        both intervals; None when the last point does not."""
-        below = [significantly_below(self.points[self.peak], q) for q in self.points]
-        onset = None
-        for i in range(len(below) - 1, self.peak, -1):
-            if not below[i]:
-                break
-            onset = i
-        return onset
+        """When the last RATED_FALL_POINTS points lie below the peak beyond both intervals (the fall, tested),
+        the first point after the peak whose mean lies below the peak's interval (the fall's
+        start, dated as the smoothed rule dates a dense gold: the first point clearly off
+        the peak's level); else None."""
+        peak = self.points[self.peak]
+        last = self.points[-int(RATED_FALL_POINTS.value):]
+        if len(self.points) - 1 - self.peak < len(last) or not all(significantly_below(peak, q) for q in last):
+            return None
+        return next(i for i in range(self.peak + 1, len(self.points)) if self.points[i].mean < peak.low)
 
     def proxy_gain(self) -> float:
         return self.p[-1] - self.p[self.peak]
@@ -170,12 +171,19 @@ class RatedCurves:
                         peak_step=float(peak.step), peak_low=peak.low, low=point.low, high=point.high)
 
 
+RATED_FALL_POINTS = Threshold(
+    "RATED_FALL_POINTS", 2,
+    "rated points at the end of the run that must each lie below the peak beyond both intervals: the peak is the "
+    "highest of ~10 noisy means, so a single low point after it is often chance. Chosen on bench/rated_truth.py's "
+    "runs (demo kl_coef=0 x3 iterations, 3 healthy seeds; 2 simulated raters, 2 noise levels, 4-32 ratings a bin, 10 "
+    "draws each): with 1 point, 16 of 240 healthy draws raised a gold finding and 49 of 80 hacked draws were caught; "
+    "with 2, 3 of 240 and 43 of 80. Not yet checked on runs it was not chosen on")
 RATED_FALL_SOURCE = ("a rating study's 95% intervals (items and raters resampled): two bins differ when the gap between "
                      "their means exceeds the root sum of squares of the half-widths facing each other")
 
 
 @rule("reward_hacking_gold", "reward_hacking", requires=("reward/proxy_mean", "reward/gold_mean"),
-      thresholds=(GOLD_DROP, PROXY_RISE), causes=HACKING_CAUSES + (causes.step_size,), clues=HACKING_CLUES,
+      thresholds=(GOLD_DROP, PROXY_RISE, RATED_FALL_POINTS), causes=HACKING_CAUSES + (causes.step_size,), clues=HACKING_CLUES,
       relative=("reward/proxy_mean", "reward/gold_mean"))
 def reward_hacking_gold(table: MetricTable) -> Detection | None:
     """Proxy reward still rising while the gold or held-out score falls from its peak (Gao
@@ -196,7 +204,7 @@ def reward_hacking_gold(table: MetricTable) -> Detection | None:
 
 
 @rule("gold_falling", "ppo_instability", requires=("reward/proxy_mean", "reward/gold_mean"),
-      thresholds=(GOLD_DROP, PROXY_RISE), causes=(causes.advantages_values, causes.logprob_bookkeeping,
+      thresholds=(GOLD_DROP, PROXY_RISE, RATED_FALL_POINTS), causes=(causes.advantages_values, causes.logprob_bookkeeping,
                                                   causes.step_size, causes.kl_control),
       relative=("reward/proxy_mean", "reward/gold_mean"))
 def gold_falling(table: MetricTable) -> Detection | None:
