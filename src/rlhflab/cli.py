@@ -787,6 +787,11 @@ def rate(
                                         "probability is the score (default: the last)."),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="With --judge rm:DIR for a reward model "
                                              "saved without a tokenizer: the directory of the one it reads."),
+    export: Optional[str] = typer.Option(None, "--export", help="label-studio or argilla: write the study's items "
+                                         "(blind, shuffled) as that tool's tasks or records to --out, and exit."),
+    out: Optional[Path] = typer.Option(None, "--out", help="With --export: the file to write."),
+    import_file: Optional[Path] = typer.Option(None, "--import", help="A Label Studio JSON export or Argilla records "
+                                               "of this study's items: their ratings join the study's, and exit."),
 ) -> None:
     _studies_extra()
     from rlhflab.doctor.formats import LogFormatError
@@ -818,6 +823,9 @@ def rate(
                   f"{len(links)} rater links")
     if judges:
         _run_judges(opened, judges, template, label, tokenizer)
+        return
+    if export is not None or import_file is not None:
+        _interchange(opened, export, out, import_file)
         return
     if no_serve:
         for rater in links:
@@ -860,6 +868,27 @@ def _run_judges(study, judges: list[str], template: Optional[Path], label: Optio
             console.print(f"[red]error:[/red] --judge {escape(spec)}: {escape(str(err))}")
             raise typer.Exit(2) from None
     _print_study_results(study, json_output=False)
+
+
+def _interchange(study, export: Optional[str], out: Optional[Path], import_file: Optional[Path]) -> None:
+    """`rate --export TOOL --out FILE` and `rate --import FILE`."""
+    from rlhflab.studies.design import StudyError
+    from rlhflab.studies.interchange import TOOLS, export_items, import_ratings
+
+    try:
+        if export is not None:
+            if export not in TOOLS or out is None:
+                raise StudyError(f"--export takes one of {', '.join(TOOLS)} and needs --out FILE")
+            for path in export_items(study, export, out):
+                console.print(f"wrote {escape(str(path))}")
+        if import_file is not None:
+            imported = import_ratings(study, import_file)
+            console.print(f"imported {imported.recorded} ratings ({imported.duplicates} already held)")
+            for line in imported.skipped:
+                console.print(f"[yellow]skipped:[/yellow] {escape(line)}")
+    except (StudyError, OSError) as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
 
 
 def _studies_extra() -> None:

@@ -56,7 +56,7 @@ def label_studio_config(study: Study) -> str:
             f"    <Choice value=\"{UNREADABLE}\"/>\n  </Choices>\n</View>\n")
 
 
-def export(study: Study, tool: Tool, out: Path) -> list[Path]:
+def export_items(study: Study, tool: Tool, out: Path) -> list[Path]:
     """Write the study's items for `tool` (and Label Studio's labeling config beside them)."""
     out = Path(out)
     items = _shuffled_items(study)
@@ -76,10 +76,14 @@ def _load(path: Path) -> list[dict]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        try:
-            data = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except json.JSONDecodeError as err:
-            raise StudyError(f"{path}:{err.lineno}: neither JSON nor JSON lines ({err.msg})") from None
+        data = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                data.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise StudyError(f"{path}:{number}: neither JSON nor JSON lines ({err.msg})") from None
     if isinstance(data, dict):
         data = data.get("records", data.get("tasks", [data]))
     if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
