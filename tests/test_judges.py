@@ -112,3 +112,26 @@ def test_the_command_runs_a_judge_and_prints_its_agreement(smoke_run, tmp_path: 
     assert len([r for r in opened.ratings() if r.score is not None]) == 6
     bad = runner.invoke(cli, ["rate", str(study), "--judge", "oracle:somewhere"])
     assert bad.exit_code == 2 and "rm, classifier, lm" in bad.output
+
+
+def test_the_classifier_judge_scores_the_labels_probability_by_hand(tiny_lm: Path, tmp_path: Path):
+    """A two-label classifier built from a config: the judge's score is the softmax
+    probability of the named label on the (prompt, response) pair, as computed by hand."""
+    from transformers import AutoTokenizer, GPT2ForSequenceClassification
+
+    from rlhflab.studies.judges import ClassifierJudge
+
+    torch.manual_seed(1)
+    config = GPT2Config(vocab_size=len(WORDS), n_positions=64, n_embd=16, n_layer=1, n_head=2, num_labels=2,
+                        id2label={0: "NEGATIVE", 1: "POSITIVE"}, label2id={"NEGATIVE": 0, "POSITIVE": 1},
+                        pad_token_id=WORDS.index("<pad>"))
+    GPT2ForSequenceClassification(config).save_pretrained(tmp_path / "clf")
+    AutoTokenizer.from_pretrained(tiny_lm).save_pretrained(tmp_path / "clf")
+    judge = ClassifierJudge(tmp_path / "clf", "NEGATIVE")
+    model = GPT2ForSequenceClassification.from_pretrained(tmp_path / "clf")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "clf")
+    with torch.no_grad():
+        logits = model(**tokenizer("the film was", "bad", return_tensors="pt")).logits[0]
+    assert judge.judge("the film was", "bad").score == pytest.approx(float(torch.softmax(logits, -1)[0]), abs=1e-6)
+    with pytest.raises(StudyError, match="NEGATIVE, POSITIVE"):
+        ClassifierJudge(tmp_path / "clf", "NEUTRAL")
