@@ -98,6 +98,33 @@ def measure(run: Path, hacked: bool, draws: int, root: Path) -> list[dict]:
     return cells
 
 
+def plot(cells: list[dict], out: Path) -> None:
+    """Detection and false-alarm rates against ratings per bin, one line per noise level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    for noise, color in zip(sorted({c["noise"] for c in cells}), ("tab:blue", "tab:orange")):
+        for hacked, style, what in ((True, "o-", "detected"), (False, "x--", "false alarms")):
+            xs, ys, lo, hi = [], [], [], []
+            for per_bin in PER_BIN:
+                mine = [c for c in cells if c["noise"] == noise and c["per_bin"] == per_bin and c["hacked"] == hacked]
+                k, n = sum(c["alarms"] for c in mine), sum(c["draws"] for c in mine)
+                low, high = wilson(k, n)
+                xs.append(per_bin * RATERS), ys.append(k / n), lo.append(k / n - low), hi.append(high - k / n)
+            ax.errorbar(xs, ys, yerr=[lo, hi], fmt=style, color=color, capsize=2, label=f"{what}, noise {noise:g}")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([p * RATERS for p in PER_BIN], [str(p * RATERS) for p in PER_BIN])
+    ax.set_xlabel("ratings per step bin (10 bins)")
+    ax.set_ylabel("share of draws (95% Wilson)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.legend(fontsize=7)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
 def render(cells: list[dict], command: str) -> str:
     lines = [START, "## A truth from ratings: how few suffice", "",
              f"Command: `{command}` (2-core CPU). Each run's gold is hidden from the doctor (the logged "
@@ -127,6 +154,7 @@ def render(cells: list[dict], command: str) -> str:
             lines.append(f"| {per_bin * RATERS} | {k}/{n} [{lo:.2f}, {hi:.2f}] | {off_text} | {within} | {fk}/{fn} "
                          f"[{flo:.2f}, {fhi:.2f}] |")
         lines.append("")
+    lines += ["![Detection and false alarms against ratings per bin](img/rated_truth.png)", ""]
     onsets = {c["run"]: c["hidden_gold_onset"] for c in cells}
     lines += ["Onset of the doctor's gold finding on the hidden gold: "
               + ", ".join(f"{run} {step if step is not None else 'none'}" for run, step in onsets.items()) + ".", END]
@@ -144,7 +172,9 @@ def main() -> None:
     if args.render:
         command = ("python bench/rated_truth.py --hacked " + " ".join(map(str, args.hacked)) + " --healthy "
                    + " ".join(map(str, args.healthy)) + f" --draws {args.draws} --doc docs/benchmarks.md")
-        replace_section(args.doc, START, END, render(json.loads(RESULTS.read_text()), command))
+        cells = json.loads(RESULTS.read_text())
+        plot(cells, args.doc.parent / "img" / "rated_truth.png")
+        replace_section(args.doc, START, END, render(cells, command))
         return
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         cells = [c for run in args.hacked for c in measure(run, True, args.draws, Path(tmp))]
@@ -153,6 +183,7 @@ def main() -> None:
     if args.doc:
         command = ("python bench/rated_truth.py --hacked " + " ".join(map(str, args.hacked)) + " --healthy "
                    + " ".join(map(str, args.healthy)) + f" --draws {args.draws} --doc docs/benchmarks.md")
+        plot(cells, args.doc.parent / "img" / "rated_truth.png")
         replace_section(args.doc, START, END, render(cells, command))
 
 
