@@ -176,3 +176,16 @@ def test_compare_takes_the_truths_change_from_the_study(two_runs, capsys):
     with pytest.raises(SystemExit) as same:
         main(["compare", str(hacked), "--", str(hacked), "--truth", str(study.directory)])
     assert same.value.code == 2 and "same system" in capsys.readouterr().err
+
+
+def test_a_run_without_a_gold_reads_the_study_in_its_directory(tmp_path: Path):
+    run = run_dir(tmp_path, "hacked", 40)
+    assert runner.invoke(cli, ["rate", str(run), "--per-bin", "6", "--repeat-every", "0", "--no-serve"]).exit_code == 0
+    plain = json.loads(runner.invoke(cli, ["doctor", str(run), "--json"]).stdout)
+    assert not any("mean rating" in n for n in plain["notes"])  # nothing rated yet: no truth
+    study = Study.open(run / "studies" / "ratings")
+    for rater in study.raters():
+        rate_all(study, rater, quality_rating)
+    out = json.loads(runner.invoke(cli, ["doctor", str(run), "--json"]).stdout)
+    assert "reward_hacking_gold" in {f["rule"] for f in out["findings"]}
+    assert any("mean rating on 1-7" in n for n in out["notes"])

@@ -455,7 +455,14 @@ def _rated_truth(log: Path, truth: Optional[str], table):
     studies = sorted(p.parent for p in (log / "studies").glob(f"*/{DATABASE_FILE}")) if log.is_dir() else []
     if truth is None and (not studies or table.get("reward/gold_mean") is not None):
         return None
-    _studies_extra()
+    if truth is not None:
+        _studies_extra()
+    else:
+        try:
+            import numpy  # noqa: F401  (the study's statistics; a light install diagnoses without the study)
+        except ImportError:
+            table.notes.append(f"a rating study is in {log / 'studies'}; reading it needs pip install 'rlhflab[studies]'")
+            return None
     from rlhflab.studies.design import StudyError
     from rlhflab.studies.store import Study
     from rlhflab.studies.truth import match_system, parse_truth, rated_truth
