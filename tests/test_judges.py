@@ -108,7 +108,8 @@ def test_the_command_runs_a_judge_and_prints_its_agreement(smoke_run, tmp_path: 
         rate_all(opened, rater, lambda s: 1 + len(s.response) % 7)
     judged = runner.invoke(cli, ["rate", str(study), "--judge", f"rm:{smoke_run.root / 'stage2_rm'}"])
     assert judged.exit_code == 0, judged.output
-    assert "judges against the people" in judged.output and "rm:stage2_rm" in judged.output
+    assert "judges against the people" in judged.output
+    assert [r.name for r in opened.raters("judge")] == [f"rm:{(smoke_run.root / 'stage2_rm').resolve()}"]
     assert len([r for r in opened.ratings() if r.score is not None]) == 6
     bad = runner.invoke(cli, ["rate", str(study), "--judge", "oracle:somewhere"])
     assert bad.exit_code == 2 and "rm, classifier, lm" in bad.output

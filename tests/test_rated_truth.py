@@ -189,3 +189,25 @@ def test_a_run_without_a_gold_reads_the_study_in_its_directory(tmp_path: Path):
     out = json.loads(runner.invoke(cli, ["doctor", str(run), "--json"]).stdout)
     assert "reward_hacking_gold" in {f["rule"] for f in out["findings"]}
     assert any("mean rating on 1-7" in n for n in out["notes"])
+
+
+def test_logs_sharing_a_directory_are_matched_by_their_names(tmp_path: Path):
+    for name in ("base", "tuned"):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"step": s, "completion": f"{name} {s}"}) + "\n"
+                                                        for s in range(10)))
+    study_dir = tmp_path / "study"
+    assert runner.invoke(cli, ["rate", str(tmp_path / "base.jsonl"), str(tmp_path / "tuned.jsonl"), "--study",
+                               str(study_dir), "--no-serve"]).exit_code == 0
+    study = Study.open(study_dir)
+    assert match_system(study, tmp_path / "tuned.log") == "tuned" and match_system(study, tmp_path / "base.csv") == "base"
+    with pytest.raises(StudyError, match="several systems"):
+        match_system(study, tmp_path / "other.log")
+
+
+def test_a_broken_study_found_in_a_run_is_noted_not_fatal(tmp_path: Path):
+    run = run_dir(tmp_path, "hacked", 40)
+    (run / "studies" / "old").mkdir(parents=True)
+    (run / "studies" / "old" / "study.sqlite").write_text("not a database")
+    result = runner.invoke(cli, ["doctor", str(run), "--json"])
+    assert result.exit_code in (0, 1, 3), result.output
+    assert any("was not read as the truth" in n for n in json.loads(result.stdout)["notes"])

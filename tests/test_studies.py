@@ -224,6 +224,16 @@ def test_a_raters_order_mixes_steps_and_systems(tmp_path: Path):
     assert first_half == {"a", "b"}
 
 
+def test_an_item_left_unanswered_is_given_to_others_once_its_hold_expires(tmp_path: Path):
+    study = build(tmp_path, StudyDesign(bins=2, per_bin=3, ratings_per_item=1, repeat_every=0), raters=2)
+    leaver, stayer = study.raters()
+    held = study.next_item(leaver)  # opened, never answered
+    assert len(rate_all(study, stayer)) == 5  # the item is the leaver's while the hold lasts
+    study.serve_hold_s = 0
+    assert [s.prompt for s in rate_all(study, stayer)] == [held.prompt]
+    assert study.next_item(leaver) == held  # the leaver, back, still finds it
+
+
 def test_tokens_are_kept_and_compared_whole(tmp_path: Path):
     study = build(tmp_path, raters=2)
     tokens = [r.token for r in study.raters()]
@@ -308,6 +318,8 @@ def test_the_json_api_serves_and_records_like_the_page(served):
     again = client.post(base + "rate", json={"serve": item["serve"], "csrf": item["csrf"], "rating": 3})
     assert again.status_code == 409
     assert client.post(base + "rate", content=b"[1]").status_code == 400
+    huge = client.post(base + "rate", json={"serve": 10**30, "csrf": item["csrf"], "rating": 3})
+    assert huge.status_code == 404 and huge.json() == {"outcome": "unknown"}
 
 
 # --- results, by hand ------------------------------------------------------------------------
@@ -369,6 +381,10 @@ def test_the_command_builds_reopens_with_the_same_links_and_needs_add_for_more(t
     assert refused.exit_code == 2 and "--add" in refused.output
     other_design = runner.invoke(cli, args + ["--bins", "4"])
     assert other_design.exit_code == 2 and "bins = 3, not 4" in other_design.output
+    clash = runner.invoke(cli, ["rate", f"fresh={second}", f"mine={second}", "--study", str(study), "--add",
+                                "--no-serve"])
+    assert clash.exit_code == 2 and "already has systems named mine" in clash.output
+    assert [s.name for s in Study.open(study).systems()] == ["mine"]  # nothing half-added
     added = runner.invoke(cli, ["rate", str(second), "--study", str(study), "--add", "--no-serve"])
     assert added.exit_code == 0, added.output
     opened = Study.open(study)

@@ -449,7 +449,10 @@ def doctor(
 
 def _rated_truth(log: Path, truth: Optional[str], table):
     """The rated truth `--truth` names, or a study in an rlhflab run without a gold of its own
-    (RUN/studies/*/ with ratings), or None; a study that cannot be read is bad input (exit 2)."""
+    (RUN/studies/*/ with ratings), or None; a study named that cannot be read is bad input
+    (exit 2), one only found is noted and left."""
+    import sqlite3
+
     from rlhflab.studies.store import DATABASE_FILE
 
     studies = sorted(p.parent for p in (log / "studies").glob(f"*/{DATABASE_FILE}")) if log.is_dir() else []
@@ -473,13 +476,13 @@ def _rated_truth(log: Path, truth: Optional[str], table):
             study = Study.open(directory)
             return rated_truth(study, match_system(study, log, system))
         for directory in studies:
-            study = Study.open(directory)
             try:
+                study = Study.open(directory)
                 return rated_truth(study, match_system(study, log))
-            except StudyError:
-                continue  # a study of other systems, or not rated yet
+            except (StudyError, sqlite3.DatabaseError) as err:  # not asked for: say why it was not read
+                table.notes.append(f"the rating study {directory} was not read as the truth: {err}")
         return None
-    except StudyError as err:
+    except (StudyError, sqlite3.DatabaseError) as err:
         console.print(f"[red]error:[/red] --truth: {escape(str(err))}")
         raise typer.Exit(2) from None
 
@@ -985,7 +988,8 @@ def _study_truth_change(directory: Path, before_runs: list[str], after_runs: lis
 
     try:
         study = Study.open(directory)
-        sides = [[match_system(study, Path(r)) for r in runs] for runs in (before_runs, after_runs)]
+        hint = "name each system as its run's directory or log file (rlhflab rate NAME=PATH)"
+        sides = [[match_system(study, Path(r), how_to_name=hint) for r in runs] for runs in (before_runs, after_runs)]
         if set(sides[0]) & set(sides[1]):
             raise StudyError(f"{directory}: the runs before and after match the same system "
                              f"({', '.join(sorted(set(sides[0]) & set(sides[1])))}); give runs that are systems of "

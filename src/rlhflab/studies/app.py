@@ -23,6 +23,7 @@ from typing import Sequence
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -97,7 +98,7 @@ def create_app(study: Study, allowed_hosts: Sequence[str] = ("127.0.0.1", "local
         if rater is None:
             return PlainTextResponse(REFUSED, status_code=403)
         form = await request.form()
-        outcome = _record(study, rater, form.get("serve"), form.get("csrf"), form.get("rating"))
+        outcome = await run_in_threadpool(_record, study, rater, form.get("serve"), form.get("csrf"), form.get("rating"))
         if outcome == "forbidden":
             return PlainTextResponse("This answer does not carry the token of the item it answers.", status_code=403)
         notice = "" if outcome in ("recorded", "duplicate") else "?notice=" + outcome
@@ -125,7 +126,7 @@ def create_app(study: Study, allowed_hosts: Sequence[str] = ("127.0.0.1", "local
             return JSONResponse({"error": "expected a JSON object {serve, csrf, rating}"}, status_code=400)
         if not isinstance(body, dict):
             return JSONResponse({"error": "expected a JSON object {serve, csrf, rating}"}, status_code=400)
-        outcome = _record(study, rater, body.get("serve"), body.get("csrf"), body.get("rating"))
+        outcome = await run_in_threadpool(_record, study, rater, body.get("serve"), body.get("csrf"), body.get("rating"))
         status = {"recorded": 200, "duplicate": 409, "unknown": 404, "forbidden": 403, "invalid": 400}[outcome]
         return JSONResponse({"outcome": outcome}, status_code=status)
 
@@ -161,6 +162,8 @@ def _record(study: Study, rater: Rater, serve: object, csrf: object, rating: obj
     try:
         serve_id = int(str(serve))
     except ValueError:
+        return "unknown"
+    if not 0 < serve_id < 2**63:  # SQLite's integers: a larger one is no serve of this study
         return "unknown"
     if not isinstance(csrf, str) or not csrf:
         return "forbidden"

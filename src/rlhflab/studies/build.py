@@ -110,6 +110,10 @@ def open_or_build(directory: Path, sources: Sequence[Source], asked: Mapping[str
             raise StudyError(f"{directory}: the study's design is fixed when it is built ({held}: "
                              f"{directory / 'study.toml'}); build a new study to change it")
         fresh = new_sources(study, sources)
+        taken = sorted({s.name for s in fresh} & {s.name for s in study.systems()})
+        if taken:
+            raise StudyError(f"{directory}: the study already has systems named {', '.join(taken)}; give the new "
+                             "sources other names (NAME=PATH)")
         if fresh and not add:
             raise StudyError(f"{directory}: the study exists and does not hold {', '.join(str(s.path) for s in fresh)}; "
                              "add them with --add")

@@ -1,6 +1,8 @@
 """Judges: models that rate a study's items, stored as raters of their own (kind "judge").
 
-A judge takes each item as a person's page serves it (`Study.next_item`, `Study.record`)
+A judge is named by its model's full path (and an LM judge by its template's hash too), so
+two judges are two raters and a judge run again resumes its own ratings. It takes each
+item as a person's page serves it (`Study.next_item`, `Study.record`)
 and is never pooled with people: its agreement with them is measured instead
 (`results.judge_agreement`). Nothing is downloaded: every judge is a local directory.
 
@@ -18,6 +20,7 @@ and is never pooled with people: its agreement with them is measured instead
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
@@ -48,7 +51,7 @@ class Judge(Protocol):
 
 class RewardModelJudge:
     def __init__(self, directory: Path, policy_tokenizer: Path | None = None) -> None:
-        self.name = f"rm:{Path(directory).resolve().name}"
+        self.name = f"rm:{Path(directory).resolve()}"
         self.model = load_reward_model(Path(directory)).eval()
         tokenizer = load_reward_tokenizer(Path(directory))
         if tokenizer is None and policy_tokenizer is not None:
@@ -68,7 +71,7 @@ class RewardModelJudge:
 class ClassifierJudge:
     def __init__(self, directory: Path, label: str | None = None) -> None:
         directory = check_model_dir(Path(directory))
-        self.name = f"classifier:{directory.resolve().name}"
+        self.name = f"classifier:{directory.resolve()}" + (f"#{label}" if label else "")
         self.model = AutoModelForSequenceClassification.from_pretrained(
             str(directory), use_safetensors=True, trust_remote_code=False).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
@@ -111,7 +114,7 @@ class LanguageModelJudge:
 
     def __init__(self, directory: Path, template: str, scale: tuple[int, int]) -> None:
         check_template(template, "--template")
-        self.name = f"lm:{Path(directory).resolve().name}"
+        self.name = f"lm:{Path(directory).resolve()}#{hashlib.sha256(template.encode()).hexdigest()[:8]}"
         self.model = load_causal_lm(Path(directory)).eval()
         self.tokenizer = load_tokenizer(Path(directory))
         self.template, self.scale = template, scale

@@ -51,7 +51,7 @@ def serve(study: Study, sock: socket.socket, announce: Callable[[str], None] = p
     from rlhflab.studies.app import create_app
 
     host = sock.getsockname()[0]
-    hosts = list(LOOPBACK_HOSTS) if is_loopback(host) else ["*"]
+    hosts = [*LOOPBACK_HOSTS, f"[{host}]" if ":" in host else host] if is_loopback(host) else ["*"]
     config = uvicorn.Config(create_app(study, hosts), log_level="warning", access_log=False, timeout_graceful_shutdown=2)
     announce(f"serving {study.directory} at {base_url(sock)} (Ctrl-C stops; ratings are saved as they are given)")
     uvicorn.Server(config).run(sockets=[sock])

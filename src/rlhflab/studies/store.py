@@ -7,7 +7,8 @@ answer is sent, and a server killed at any moment loses nothing already answered
 
 Serving: a rater is given the item they were last served and did not answer (so leaving
 and coming back resumes), else a new one: among the items they have not rated that still
-need ratings, the one with the fewest ratings so far, ties broken by an order of the
+need ratings (an item served to someone else counts as theirs for `SERVE_HOLD_S`), the one
+with the fewest ratings so far, ties broken by an order of the
 rater's own (a hash of their seed and the item), so each rater's sequence mixes steps and
 systems. After every `repeat_every` new items, one they rated at least four items ago
 comes back as a repeat, which measures their consistency and is left out of means and
@@ -142,6 +143,11 @@ class RatingRow:
     score: float | None = None  # a judge's raw score
 
 
+SERVE_HOLD_S = 30 * 60
+"""How long an item served and not answered stays counted toward its ratings: a rater who
+left is given it back when they return, but after this others may be given it too."""
+
+
 class Study:
     """One study directory (module docstring). Each call opens its own connection, so a
     Study is safe to share between the threads of a web server."""
@@ -149,6 +155,7 @@ class Study:
     def __init__(self, directory: Path, design: StudyDesign) -> None:
         self.directory = Path(directory)
         self.design = design
+        self.serve_hold_s = SERVE_HOLD_S
 
     # --- create and open ----------------------------------------------------------------
     @staticmethod
@@ -313,9 +320,10 @@ class Study:
             "  (SELECT COUNT(*) FROM ratings r JOIN raters p ON p.id = r.rater_id "
             "   WHERE r.item_id = i.id AND r.repeat = 0 AND p.kind != 'judge')"
             "  + (SELECT COUNT(*) FROM serves s JOIN raters p ON p.id = s.rater_id "
-            "   WHERE s.item_id = i.id AND s.answered = 0 AND s.repeat = 0 AND p.kind != 'judge') AS taken "
+            "   WHERE s.item_id = i.id AND s.answered = 0 AND s.repeat = 0 AND p.kind != 'judge' "
+            "   AND s.served_at > ?) AS taken "
             "FROM items i WHERE NOT EXISTS (SELECT 1 FROM serves s WHERE s.item_id = i.id AND s.rater_id = ?)",
-            (rater.id,)).fetchall()
+            (time.time() - self.serve_hold_s, rater.id)).fetchall()
         judge = rater.kind == "judge"
         open_items = [(taken, derive_seed(rater.seed, str(item_id)), item_id) for item_id, taken in rows
                       if judge or taken < self.design.ratings_per_item]
@@ -372,11 +380,13 @@ class Study:
         with self._connection() as conn:
             rated = conn.execute("SELECT COUNT(*) FROM ratings WHERE rater_id = ? AND repeat = 0",
                                  (rater.id,)).fetchone()[0]
+            target = conn.execute("SELECT COUNT(*) FROM items").fetchone()[0] + 1 if rater.kind == "judge" \
+                else self.design.ratings_per_item  # a judge rates every item
             to_go = conn.execute(
                 "SELECT COUNT(*) FROM items i WHERE NOT EXISTS (SELECT 1 FROM ratings r WHERE r.item_id = i.id "
                 "AND r.rater_id = ?) AND (SELECT COUNT(*) FROM ratings r JOIN raters p ON p.id = r.rater_id "
                 "WHERE r.item_id = i.id AND r.repeat = 0 AND p.kind != 'judge') < ?",
-                (rater.id, self.design.ratings_per_item)).fetchone()[0]
+                (rater.id, target)).fetchone()[0]
         return Progress(rated, to_go)
 
     # --- reading back ---------------------------------------------------------------------

@@ -39,11 +39,13 @@ def _systems_text(study: Study) -> str:
     return "; ".join(f"{s.name} ({s.source})" for s in study.systems())
 
 
-def match_system(study: Study, log: Path, system: str | None = None) -> str:
+def match_system(study: Study, log: Path, system: str | None = None,
+                 how_to_name: str = "name one as STUDY:SYSTEM") -> str:
     """The system of `study` that `log` is: named, the only one, or the one whose samples
     came from the log's run (its source lies in the log's directory or up to two above, where
     trainers put their samples beside their logs: TRL's checkpoint-N/ holds the log and its
-    parent the completions) or whose name is that directory's."""
+    parent the completions) or whose name is that directory's; where several runs share a
+    directory, the system named as the log's file is."""
     names = [s.name for s in study.systems()]
     if system is not None:
         if system not in names:
@@ -58,10 +60,12 @@ def match_system(study: Study, log: Path, system: str | None = None) -> str:
         found = [s.name for s in study.systems() if _within(Path(s.source), home) or s.name == home.name]
         if found:
             break
+    if len(found) > 1:  # several runs' samples in one directory: the log's own name decides
+        found = [name for name in found if name in (Path(log).stem, Path(log).name)] or found
     if len(found) != 1:
         which = "several systems" if found else "no system"
-        raise StudyError(f"{log}: {which} of {study.directory} match this log; name one as STUDY:SYSTEM. The study "
-                         f"holds {_systems_text(study)}")
+        raise StudyError(f"{log}: {which} of {study.directory} match this log; {how_to_name}. The study holds "
+                         f"{_systems_text(study)}")
     return found[0]
 
 

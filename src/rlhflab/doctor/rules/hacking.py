@@ -167,7 +167,8 @@ class RatedCurves:
         peak, point = self.points[self.peak], self.points[index]
         return evidence("reward/gold_mean", self.gold, index, f"rated {point.mean:.3g} [{point.low:.3g}, "
                         f"{point.high:.3g}] below the peak {peak.mean:.3g} [{peak.low:.3g}, {peak.high:.3g}] (step "
-                        f"{peak.step}) beyond both intervals", RATED_FALL_SOURCE, peak=peak.mean,
+                        f"{peak.step}) by more than the root sum of squares of the facing half-widths",
+                        RATED_FALL_SOURCE, peak=peak.mean,
                         peak_step=float(peak.step), peak_low=peak.low, low=point.low, high=point.high)
 
 
