@@ -168,7 +168,16 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=10)
     parser.add_argument("--doc", type=Path, default=None)
     parser.add_argument("--render", action="store_true", help="Render the saved results (bench/results) only.")
+    parser.add_argument("--fall-points", type=int, default=None,
+                        help="Score with RATED_FALL_POINTS set to this instead (how the threshold was chosen); "
+                             "results go to bench/results/rated_truth_fallN.json, not the docs.")
     args = parser.parse_args()
+    results = RESULTS
+    if args.fall_points is not None:
+        from rlhflab.doctor.rules import hacking
+
+        hacking.RATED_FALL_POINTS = replace(hacking.RATED_FALL_POINTS, value=args.fall_points)
+        results, args.doc = RESULTS.with_name(f"rated_truth_fall{args.fall_points}.json"), None
     if args.render:
         command = ("python bench/rated_truth.py --hacked " + " ".join(map(str, args.hacked)) + " --healthy "
                    + " ".join(map(str, args.healthy)) + f" --draws {args.draws} --doc docs/benchmarks.md")
@@ -179,7 +188,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         cells = [c for run in args.hacked for c in measure(run, True, args.draws, Path(tmp))]
         cells += [c for run in args.healthy for c in measure(run, False, args.draws, Path(tmp))]
-    RESULTS.write_text(json.dumps(cells, indent=1) + "\n")
+    results.write_text(json.dumps(cells, indent=1) + "\n")
+    hacked, healthy = [c for c in cells if c["hacked"]], [c for c in cells if not c["hacked"]]
+    print(f"detected {sum(c['alarms'] for c in hacked)}/{sum(c['draws'] for c in hacked)}, false alarms "
+          f"{sum(c['alarms'] for c in healthy)}/{sum(c['draws'] for c in healthy)}")
     if args.doc:
         command = ("python bench/rated_truth.py --hacked " + " ".join(map(str, args.hacked)) + " --healthy "
                    + " ".join(map(str, args.healthy)) + f" --draws {args.draws} --doc docs/benchmarks.md")

@@ -25,7 +25,7 @@ from rlhflab.studies.stats import krippendorff_alpha  # noqa: E402
 
 START, END = "<!-- rating-bots:start -->", "<!-- rating-bots:end -->"
 RESULTS = Path(__file__).parent / "results" / "rating_bots.json"
-NOISES = (0.4, 0.5, 0.6, 0.7, 0.8)
+NOISES = (0.4, 0.5, 0.6, 0.7, 0.8, 1.2)  # 1.2: the noisier raters of bench/rated_truth.py
 TARGET = (0.4, 0.7)
 
 

@@ -141,9 +141,9 @@ def test_the_crossed_bootstrap_on_a_hand_case():
 def test_the_crossed_bootstrap_covers_the_truth_where_resampling_items_alone_does_not():
     """Ratings = item effect + rater leniency + noise, six raters rating 24 items: the
     population mean is 0. Resampling items and raters covers it nearly as often as a 95%
-    interval should (0.87 over 300 such studies: a percentile interval from six raters
+    interval should (0.89 of these 150 studies: a percentile interval from six raters
     runs a little short); resampling items alone, which takes the raters' leniency for
-    fixed, covers it 0.57 of the time."""
+    fixed, covers it 0.58 of the time."""
     rng = np.random.default_rng(7)
     covered = covered_items_only = 0
     trials = 150

@@ -448,41 +448,26 @@ def doctor(
 
 
 def _rated_truth(log: Path, truth: Optional[str], table):
-    """The rated truth `--truth` names, or a study in an rlhflab run without a gold of its own
-    (RUN/studies/*/ with ratings), or None; a study named that cannot be read is bad input
-    (exit 2), one only found is noted and left."""
-    import sqlite3
-
+    """The rated truth `--truth` names (a study that cannot be read is bad input, exit 2), or
+    one found in the run (`studies.truth.found_truth`), or None."""
     from rlhflab.studies.store import DATABASE_FILE
 
-    studies = sorted(p.parent for p in (log / "studies").glob(f"*/{DATABASE_FILE}")) if log.is_dir() else []
-    if truth is None and (not studies or table.get("reward/gold_mean") is not None):
-        return None
-    if truth is not None:
-        _studies_extra()
-    else:
+    if truth is None:
+        if not (log.is_dir() and any((log / "studies").glob(f"*/{DATABASE_FILE}"))):
+            return None
         try:
-            import numpy  # noqa: F401  (the study's statistics; a light install diagnoses without the study)
-        except ImportError:
+            from rlhflab.studies.truth import found_truth
+        except ImportError:  # the studies extra is absent: diagnose without the study
             table.notes.append(f"a rating study is in {log / 'studies'}; reading it needs pip install 'rlhflab[studies]'")
             return None
+        return found_truth(log, table)
+    _studies_extra()
     from rlhflab.studies.design import StudyError
-    from rlhflab.studies.store import Study
-    from rlhflab.studies.truth import match_system, parse_truth, rated_truth
+    from rlhflab.studies.truth import named_truth
 
     try:
-        if truth is not None:
-            directory, system = parse_truth(truth)
-            study = Study.open(directory)
-            return rated_truth(study, match_system(study, log, system))
-        for directory in studies:
-            try:
-                study = Study.open(directory)
-                return rated_truth(study, match_system(study, log))
-            except (StudyError, sqlite3.DatabaseError) as err:  # not asked for: say why it was not read
-                table.notes.append(f"the rating study {directory} was not read as the truth: {err}")
-        return None
-    except (StudyError, sqlite3.DatabaseError) as err:
+        return named_truth(log, truth)
+    except StudyError as err:
         console.print(f"[red]error:[/red] --truth: {escape(str(err))}")
         raise typer.Exit(2) from None
 

@@ -3,7 +3,8 @@ its interval, read in place of a logged gold (`rlhflab doctor LOG --truth STUDY`
 
 The doctor stays pure: the study is read at the edge (`rlhflab.studies.truth`) and handed
 here as plain numbers. The gold rules read such a sparse series point by point: a point
-counts as below another only beyond both their intervals (`significantly_below`).
+counts as below another only when the gap exceeds what their intervals allow
+(`significantly_below`).
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ class RatedTruth:
 
 
 def significantly_below(high_point: RatedPoint, low_point: RatedPoint) -> bool:
-    """Whether `low_point` lies below `high_point` beyond both their intervals: the gap
-    between the means exceeds the root sum of squares of the two half-widths that face each
+    """Whether `low_point` lies significantly below `high_point`: the gap between the means
+    exceeds the root sum of squares of the two half-widths that face each
     other (the 95% test of a difference between two independent normal estimates, read off
     their marginal intervals; raters shared by both bins make it conservative)."""
     gap = high_point.mean - low_point.mean

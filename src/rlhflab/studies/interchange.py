@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal
 from xml.sax.saxutils import quoteattr
 
+from rlhflab.runs import read_jsonl
 from rlhflab.studies.design import UNREADABLE, StudyError
 from rlhflab.studies.store import Study
 
@@ -72,18 +73,15 @@ def export_items(study: Study, tool: Tool, out: Path) -> list[Path]:
 
 
 def _load(path: Path) -> list[dict]:
+    """A JSON list (or an object holding `records` or `tasks`), or JSON lines."""
     text = Path(path).read_text(encoding="utf-8")
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        data = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                data.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise StudyError(f"{path}:{number}: neither JSON nor JSON lines ({err.msg})") from None
+        try:
+            data = read_jsonl(path)
+        except ValueError as err:
+            raise StudyError(f"{err} (neither JSON nor JSON lines)") from None
     if isinstance(data, dict):
         data = data.get("records", data.get("tasks", [data]))
     if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):

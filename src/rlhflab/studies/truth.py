@@ -10,6 +10,7 @@ resampling the study's items and raters (not a block bootstrap of a curve).
 from __future__ import annotations
 
 import math
+import sqlite3
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
@@ -17,11 +18,12 @@ from typing import Sequence
 import numpy as np
 
 from rlhflab.doctor.compare import CONFIDENCE, TruthChange
+from rlhflab.doctor.table import MetricTable
 from rlhflab.doctor.truth import RatedExample, RatedPoint, RatedTruth
 from rlhflab.studies.design import StudyError
 from rlhflab.studies.results import HUMAN_KINDS, study_results
 from rlhflab.studies.stats import crossed_bootstrap_draws, percentile_interval
-from rlhflab.studies.store import Study
+from rlhflab.studies.store import DATABASE_FILE, Study
 
 EXAMPLES_PER_END = 2  # rated items shown at a bin's best and worst end
 
@@ -97,6 +99,30 @@ def rated_truth(study: Study, system: str) -> RatedTruth:
     unrated = sum(1 for b in results.bins if b.system == system and b.mean is None)
     notes = (f"{unrated} step bin(s) of {system} have no rating yet",) if unrated else ()
     return RatedTruth(f"{study.directory}:{system}", results.scale, tuple(points), results.method, notes)
+
+
+def named_truth(log: Path, spec: str) -> RatedTruth:
+    """`--truth STUDY[:SYSTEM]` for `log`; a study that cannot be read is a StudyError."""
+    directory, system = parse_truth(spec)
+    try:
+        study = Study.open(directory)
+        return rated_truth(study, match_system(study, log, system))
+    except sqlite3.DatabaseError as err:
+        raise StudyError(f"{directory}: not a readable study ({err})") from None
+
+
+def found_truth(run: Path, table: MetricTable) -> RatedTruth | None:
+    """For an rlhflab run with no gold of its own, the first study in `RUN/studies/` rated for
+    it; one that cannot be read, or is not rated yet, is noted in `table` and left."""
+    if table.get("reward/gold_mean") is not None:
+        return None
+    for directory in sorted(p.parent for p in (Path(run) / "studies").glob(f"*/{DATABASE_FILE}")):
+        try:
+            study = Study.open(directory)
+            return rated_truth(study, match_system(study, run))
+        except (StudyError, sqlite3.DatabaseError) as err:
+            table.notes.append(f"the rating study {directory} was not read as the truth: {err}")
+    return None
 
 
 def _end_bins(study: Study, system: str) -> set[int]:

@@ -112,10 +112,10 @@ class GoldCurves:
 class RatedCurves:
     """A rated truth (a rating study's step bins, each a mean with its interval) and the proxy
     averaged over each bin's steps. The points are read as they are, without smoothing: each
-    is already an average over its bin. A fall counts where the last RATED_FALL_POINTS
-    points lie below the peak beyond both intervals (`significantly_below`), dated at the
-    first point below the peak's own interval; a stall where every point after the peak lies below the peak's mean beyond its own
-    interval (confidently no new best)."""
+    is already an average over its bin. A fall counts where each of the last
+    RATED_FALL_POINTS points lies significantly below the peak (`significantly_below`), dated
+    at the first point below the peak's own interval; a stall where every point after the
+    peak has its upper bound below the peak's mean (confidently no new best)."""
 
     gold: Series  # the rated means at their points' steps
     proxy: Series  # the proxy's mean over each point's bin
@@ -145,7 +145,7 @@ class RatedCurves:
                            max(range(len(g)), key=g.__getitem__), 0.0, noise_sigma(proxy.values), tuple(points))
 
     def fall_onset(self) -> int | None:
-        """When the last RATED_FALL_POINTS points lie below the peak beyond both intervals (the fall, tested),
+        """When each of the last RATED_FALL_POINTS points lies significantly below the peak (the fall, tested),
         the first point after the peak whose mean lies below the peak's interval (the fall's
         start, dated as the smoothed rule dates a dense gold: the first point clearly off
         the peak's level); else None."""
@@ -174,13 +174,14 @@ class RatedCurves:
 
 RATED_FALL_POINTS = Threshold(
     "RATED_FALL_POINTS", 2,
-    "rated points at the end of the run that must each lie below the peak beyond both intervals: the peak is the "
+    "rated points at the end of the run that must each lie significantly below the peak: the peak is the "
     "highest of ~10 noisy means, so a single low point after it is often chance. Chosen on bench/rated_truth.py's "
     "runs (demo kl_coef=0 x3 iterations, 3 healthy seeds; 2 simulated raters, 2 noise levels, 4-32 ratings a bin, 10 "
     "draws each): with 1 point, 16 of 240 healthy draws raised a gold finding and 49 of 80 hacked draws were caught; "
     "with 2, 3 of 240 and 43 of 80. Not yet checked on runs it was not chosen on")
 RATED_FALL_SOURCE = ("a rating study's 95% intervals (items and raters resampled): two bins differ when the gap between "
-                     "their means exceeds the root sum of squares of the half-widths facing each other")
+                     "their means exceeds the root sum of squares of the half-widths facing each other (the 95% test "
+                     "of a difference of two independent estimates)")
 
 
 @rule("reward_hacking_gold", "reward_hacking", requires=("reward/proxy_mean", "reward/gold_mean"),
