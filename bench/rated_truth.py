@@ -125,8 +125,9 @@ def plot(cells: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
-def render(cells: list[dict], command: str) -> str:
-    lines = [START, "## A truth from ratings: how few suffice", "",
+def render(cells: list[dict], command: str, start: str = START, end: str = END,
+           title: str = "A truth from ratings: how few suffice") -> str:
+    lines = [start, f"## {title}", "",
              f"Command: `{command}` (2-core CPU). Each run's gold is hidden from the doctor (the logged "
              "`reward/gold_mean` and the samples' gold taken away); a study of its samples (10 step bins, the given "
              f"samples per bin, {RATERS} simulated raters each rating every item: `studies/bots.py`'s `WorldRater`, "
@@ -137,7 +138,7 @@ def render(cells: list[dict], command: str) -> str:
              "finding's bin minus the bin of the doctor's onset on the hidden gold (0: the same bin).", ""]
     for noise in sorted({c["noise"] for c in cells}):
         lines += [f"Noise {noise:g} (in standard deviations of the stage-1 utilities; {WORLD_NOISE:g} puts two "
-                  "raters' alpha 0.5-0.7 on these runs, twice that noise 0.2-0.4):", "",
+                  "raters' alpha 0.52-0.73 on the demo runs, twice that noise 0.22-0.45: \"Simulated raters\"):", "",
                   "| ratings per bin | detected (kl_coef=0) | onset bins off (median, range) | onset within one bin | "
                   "false alarms (healthy) |", "|---:|---|---|---|---|"]
         for per_bin in PER_BIN:
@@ -154,10 +155,11 @@ def render(cells: list[dict], command: str) -> str:
             lines.append(f"| {per_bin * RATERS} | {k}/{n} [{lo:.2f}, {hi:.2f}] | {off_text} | {within} | {fk}/{fn} "
                          f"[{flo:.2f}, {fhi:.2f}] |")
         lines.append("")
-    lines += ["![Detection and false alarms against ratings per bin](img/rated_truth.png)", ""]
+    if start == START:
+        lines += ["![Detection and false alarms against ratings per bin](img/rated_truth.png)", ""]
     onsets = {c["run"]: c["hidden_gold_onset"] for c in cells}
     lines += ["Onset of the doctor's gold finding on the hidden gold: "
-              + ", ".join(f"{run} {step if step is not None else 'none'}" for run, step in onsets.items()) + ".", END]
+              + ", ".join(f"{run} {step if step is not None else 'none'}" for run, step in onsets.items()) + ".", end]
     return "\n".join(lines) + "\n"
 
 
@@ -171,19 +173,21 @@ def main() -> None:
     parser.add_argument("--fall-points", type=int, default=None,
                         help="Score with RATED_FALL_POINTS set to this instead (how the threshold was chosen); "
                              "results go to bench/results/rated_truth_fallN.json, not the docs.")
+    parser.add_argument("--held-out", action="store_true", help="Runs the rule was not chosen on: their own section "
+                        "of the doc, no plot.")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="Where the cells are saved (default "
+                        "bench/results/rated_truth.json; another file for a check on held-out runs).")
     args = parser.parse_args()
-    results = RESULTS
+    results = args.results
     if args.fall_points is not None:
         from rlhflab.doctor.rules import hacking
 
         hacking.RATED_FALL_POINTS = replace(hacking.RATED_FALL_POINTS, value=args.fall_points)
-        results, args.doc = RESULTS.with_name(f"rated_truth_fall{args.fall_points}.json"), None
+        results, args.doc = results.with_name(f"{results.stem}_fall{args.fall_points}.json"), None
     if args.render:
         command = ("python bench/rated_truth.py --hacked " + " ".join(map(str, args.hacked)) + " --healthy "
                    + " ".join(map(str, args.healthy)) + f" --draws {args.draws} --doc docs/benchmarks.md")
-        cells = json.loads(RESULTS.read_text())
-        plot(cells, args.doc.parent / "img" / "rated_truth.png")
-        replace_section(args.doc, START, END, render(cells, command))
+        write_doc(args, json.loads(results.read_text()), command)
         return
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         cells = [c for run in args.hacked for c in measure(run, True, args.draws, Path(tmp))]
@@ -195,8 +199,18 @@ def main() -> None:
     if args.doc:
         command = ("python bench/rated_truth.py --hacked " + " ".join(map(str, args.hacked)) + " --healthy "
                    + " ".join(map(str, args.healthy)) + f" --draws {args.draws} --doc docs/benchmarks.md")
-        plot(cells, args.doc.parent / "img" / "rated_truth.png")
-        replace_section(args.doc, START, END, render(cells, command))
+        write_doc(args, cells, command)
+
+
+def write_doc(args, cells: list[dict], command: str) -> None:
+    if args.held_out:
+        start, end = START.replace("truth:", "truth-heldout:"), END.replace("truth:", "truth-heldout:")
+        command += f" --held-out --results {args.results}"
+        replace_section(args.doc, start, end, render(cells, command, start, end,
+                                                     "A truth from ratings, on runs the rule was not chosen on"))
+        return
+    plot(cells, args.doc.parent / "img" / "rated_truth.png")
+    replace_section(args.doc, START, END, render(cells, command))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ from rlhflab.studies.design import UNREADABLE
 Policy = Callable[[str, str], "int | None"]  # (prompt, response) -> a point of the scale, or None: unreadable
 WORLD_NOISE = 0.6
 """The simulated rater's noise, in standard deviations of the stage-1 utilities: mean alpha 0.52
-on the run it was fitted on, 0.62 and 0.63 on two it was not (docs/benchmarks.md)."""
+on the run it was fitted on, 0.62 and 0.63 on two healthy runs it was not, 0.73 on an over-optimised
+one (its samples range wider in quality; docs/benchmarks.md)."""
 
 
 class StudyClient:

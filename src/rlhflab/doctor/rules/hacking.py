@@ -174,11 +174,12 @@ class RatedCurves:
 
 RATED_FALL_POINTS = Threshold(
     "RATED_FALL_POINTS", 2,
-    "rated points at the end of the run that must each lie significantly below the peak: the peak is the "
-    "highest of ~10 noisy means, so a single low point after it is often chance. Chosen on bench/rated_truth.py's "
-    "runs (demo kl_coef=0 x3 iterations, 3 healthy seeds; 2 simulated raters, 2 noise levels, 4-32 ratings a bin, 10 "
-    "draws each): with 1 point, 16 of 240 healthy draws raised a gold finding and 49 of 80 hacked draws were caught; "
-    "with 2, 3 of 240 and 43 of 80. Not yet checked on runs it was not chosen on")
+    "rated points at the end of the run that must each lie significantly below the peak: the peak is the highest of "
+    "~10 noisy means, so a single low point after it is often chance. Chosen on bench/rated_truth.py's runs (demo "
+    "kl_coef=0 at 3x the iterations, 3 healthy seeds; 2 simulated raters, 2 noise levels, 4-32 ratings a bin, 10 "
+    "draws each): with 1 point (--fall-points 1) 10 of 240 healthy draws raised a gold finding and 57 of 80 hacked "
+    "draws were caught; with 2, 3 of 240 and 46 of 80. Checked on runs it was not chosen on (seed 1's kl_coef=0 run, "
+    "healthy seed 3; --held-out): 2 of 80 healthy draws, 36 of 80 hacked")
 RATED_FALL_SOURCE = ("a rating study's 95% intervals (items and raters resampled): two bins differ when the gap between "
                      "their means exceeds the root sum of squares of the half-widths facing each other (the 95% test "
                      "of a difference of two independent estimates)")
