@@ -134,3 +134,28 @@ def test_an_export_of_something_else_is_refused_with_what_was_expected(tmp_path:
     result = runner.invoke(cli, ["rate", str(study.directory), "--import", str(unknown)])
     assert "no item 'nope' in this study" in result.output
     assert Study.open(study.directory).ratings() == []
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "annotations"
+
+
+def test_records_written_by_the_argilla_package_come_back_as_ratings(tmp_path: Path):
+    """tests/fixtures/annotations/argilla_records.json was written by argilla 2.8's own
+    `Record.to_dict()` (write_argilla.py beside it); only the record ids are set here to
+    this study's item keys."""
+    study, _ = exported(tmp_path, "argilla")
+    written = json.loads((FIXTURES / "argilla_records.json").read_text())
+    keys = [i["key"] for i in study.items()]
+    for record, key in zip(written["records"], keys):
+        record["id"] = key
+    path = tmp_path / "records.json"
+    path.write_text(json.dumps(written))
+    result = runner.invoke(cli, ["rate", str(study.directory), "--import", str(path)])
+    assert result.exit_code == 0 and "imported 12 ratings" in result.output, result.output
+    expected = ((5, 6), (2, None), (7, 6), (1, 2), (4, 4), (3, 5))  # write_argilla.RATINGS, unreadable as None
+    raters = {r.name: r.id for r in study.raters("tool")}
+    first, second = (raters[f"argilla:00000000-0000-0000-0000-00000000000{k}"] for k in (1, 2))
+    got = {(r.rater_id, r.item_id): r.rating for r in study.ratings()}
+    item_ids = {i["key"]: i["id"] for i in study.items()}
+    for key, (a, b) in zip(keys, expected):
+        assert (got[(first, item_ids[key])], got[(second, item_ids[key])]) == (a, b)
