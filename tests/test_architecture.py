@@ -26,6 +26,7 @@ LAYERS = (
     {"faults", "faults.zoo", "checkup"},
     {"pipeline"},
     {"verify"},
+    {"ablate"},  # the candidate fixes over seeds: reruns stages as verify does
     {"faults.bench"},
     {"integrations", "cli"},
 )

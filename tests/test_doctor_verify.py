@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from rlhflab.cli import app
 from rlhflab.config import ConfigError, config_from_run, load_config, with_strategy
 from rlhflab.pipeline import run_pipeline
+from rlhflab.ppo.components import PPOComponents, record_components
 from rlhflab.ppo.run import run_ppo
 from rlhflab.runs import RunDir, read_jsonl
 
@@ -43,7 +44,8 @@ def test_no_kl_penalty_is_diagnosed_with_kl_control_first(verified):
 
 def test_the_fix_removes_the_symptom_with_the_same_seeds(verified):
     before, after = verified
-    assert config_from_run(after) == with_strategy(load_config("smoke", overrides=OVERRIDES + ["ppo.kl_coef=0.2"]), 1)
+    assert config_from_run(after) == record_components(
+        with_strategy(load_config("smoke", overrides=OVERRIDES + ["ppo.kl_coef=0.2"]), 1), PPOComponents())
     # Stages 1 and 2 were reused, so the rerun differs only in PPO.
     assert (after / "stage2_rm" / "model.safetensors").read_bytes() == (before / "stage2_rm" / "model.safetensors").read_bytes()
     report = json.loads((before / "verify.json").read_text())

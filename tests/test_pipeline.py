@@ -14,7 +14,7 @@ from rlhflab.config import config_from_run, load_config, with_strategy
 from rlhflab.doctor.metrics import KNOWN, PPO_METRICS
 from rlhflab.models.lm import build_tiny_lm
 from rlhflab.ppo import losses
-from rlhflab.ppo.components import PPOComponents
+from rlhflab.ppo.components import PPOComponents, record_components
 from rlhflab.ppo.trainer import load_ppo_state, ppo_iteration
 from rlhflab.runs import RunDir, read_jsonl
 from rlhflab.seeding import derive_seed
@@ -32,7 +32,8 @@ CANONICAL_PPO_METRICS = [
 
 
 def test_run_directory_layout(smoke_run: RunDir):
-    assert config_from_run(smoke_run.root) == with_strategy(load_config("smoke"), 1)  # the strategy it ran under
+    # the strategy it ran under, and every component it used (the defaults) recorded
+    assert config_from_run(smoke_run.root) == record_components(with_strategy(load_config("smoke"), 1), PPOComponents())
     assert json.loads((smoke_run.world / "world.json").read_text())["world"] == "reviews"
     lm = AutoModelForCausalLM.from_pretrained(str(smoke_run.stage1_lm))
     assert AutoTokenizer.from_pretrained(str(smoke_run.stage1_lm)).eos_token == "<eos>"

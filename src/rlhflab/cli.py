@@ -6,6 +6,7 @@ loading the training stack (torch, transformers), which the stages import.
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -254,6 +255,7 @@ def ppo(
     _training_stack()
     from rlhflab.config import save_config
     from rlhflab.faults.zoo import components_for
+    from rlhflab.ppo.components import record_components
     from rlhflab.ppo.run import run_ppo
     from rlhflab.runs import RunDir
 
@@ -271,10 +273,13 @@ def ppo(
     if resume is None:
         config = _stage_config(out, preset, config_file, [*(overrides or []), *data], fault)
     config, cluster = _placed(config)
+    with _input_errors():
+        components = components_for(config)
+    config = record_components(config, components)
     if cluster.is_main:
         save_config(config, run.create().config)
     with _input_errors(), _interruptible():
-        result = run_ppo(config, run, components_for(config), show_progress=not quiet, resume=resume is not None,
+        result = run_ppo(config, run, components, show_progress=not quiet, resume=resume is not None,
                          cluster=cluster)
     if cluster.is_main:
         console.print(result)
@@ -543,6 +548,64 @@ def verify(
     if not result.comparison.findings:
         console.print("the original run had no finding")
     print_comparison(result.comparison)
+
+
+@app.command()
+def ablate(
+    run: Path = typer.Argument(..., help="Run directory to ablate"),
+    top: int = typer.Option(3, "--top", min=1, help="Candidate fixes: those of the doctor's top K causes."),
+    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Seeds per arm (default: from the measured "
+                                        "seed spread and the run's size; a warning when fewer)."),
+    fix: Optional[list[str]] = typer.Option(None, "--fix", help="An arm of your own: key=value[,key=value] "
+                                            "(repeatable)."),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="Seeds run at once, each with cores/jobs torch threads."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an ablation that was cut (or add seeds)."),
+    json_out: bool = typer.Option(False, "--json", help="Print ablate.json."),
+    quiet: bool = typer.Option(False, "--quiet"),
+) -> None:
+    """The doctor's candidate fixes, one at a time, over seeds, against a control: the confirmed
+    cause, or "no setting cures it". Writes RUN/ablate/ (ablate.json, report.html)."""
+    _training_stack()
+    from rlhflab.ablate import AblateError
+    from rlhflab.ablate import ablate as run_ablate
+    from rlhflab.config import ConfigError
+    from rlhflab.runs import read_json
+
+    if not (run / "config.toml").is_file() or not (run / "metrics" / "ppo.jsonl").is_file():
+        console.print(f"[red]error:[/red] {run}: not an rlhflab run directory with a PPO stage (config.toml and "
+                      "metrics/ppo.jsonl)")
+        raise typer.Exit(2)
+    try:
+        with _interruptible():
+            result = run_ablate(run, top, seeds, fix or [], jobs, resume, show_progress=not quiet)
+    except (ConfigError, AblateError) as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    summary = read_json(result.root / "ablate.json")
+    if json_out:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_ablation(summary)
+    console.print(f"report: {result.root / 'report.html'}")
+    raise typer.Exit(0 if result.ranking.verdict == "confirmed" else 1 if result.ranking.verdict ==
+                     "no setting cures it" else 3)
+
+
+def print_ablation(summary: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"ablation of {summary['run']} ({len(summary['plan']['seeds'])} seeds a side), best first")
+    for column in ("arm", "against the control", "findings", "truth's change (95%)"):
+        table.add_column(column)
+    for a in summary["arms"]:
+        truth = a["comparison"]["truth"]
+        change = f"{truth['change']:+.3g} [{truth['low']:+.3g}, {truth['high']:+.3g}]" if truth else "-"
+        findings = ", ".join(f"{f['rule']}: {f['status']}" for f in a["comparison"]["findings"])
+        table.add_row(", ".join(a["arm"]["changes"]), a["verdict"] + (" (confirmed)" if a["confirmed"] else ""),
+                      findings, change)
+    console.print(table)
+    console.print(f"[bold]verdict: {summary['verdict']}[/bold]: {summary['why']}")
+    console.print(f"next: {summary['next']}")
 
 
 @app.command()

@@ -10,6 +10,7 @@ default included, is written to `RUN/config.toml`.
 from __future__ import annotations
 
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field, fields, replace
@@ -151,6 +152,9 @@ class PPOConfig:
     """Iterations between resumable checkpoints in RUN/checkpoints/ppo (0: only on SIGINT/SIGTERM and stops)."""
     max_nonfinite_iterations: int = 3
     """Iterations in a row with a skipped (NaN/Inf) update after which the run stops with a checkpoint."""
+    seed: Optional[int] = None
+    """Seed of this stage's own random streams (sampling, prompt batches, minibatch order, value-head init); unset:
+    the run's `seed`. An ablation's seeds vary it alone, so its arms share stages 1-2 (`rlhflab ablate`)."""
     stop_on: str = ""
     """Comma-separated doctor rules (e.g. kl_explosion,reward_hacking_gold) that stop the run, with a
     checkpoint and the diagnosis, when they fire at medium or high severity (a low one is a note)."""
@@ -253,6 +257,19 @@ class PipelineConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
+    components: tuple[tuple[str, str], ...] = ()
+    """The PPO components a run used (`[components]` in config.toml: a `PPOComponents` field = the function's
+    `module:qualname`, or "default"), recorded when the run starts; empty: the defaults with the fault's
+    replacements (ppo/components.py). `components.gae=default` swaps one back, as an ablation's component arm does."""
+
+    @property
+    def ppo_seed(self) -> int:
+        """The seed of the PPO stage's streams: `ppo.seed`, else the run's."""
+        return self.seed if self.ppo.seed is None else self.ppo.seed
+
+    @property
+    def component_record(self) -> dict[str, str]:
+        return dict(self.components)
 
 
 SECTIONS = ("world", "pretrain", "reward", "ppo", "data", "distributed", "lora", "compute")
@@ -399,12 +416,34 @@ def _check_range(key: str, value: Any, source: str) -> None:
         raise ConfigError(f"{where} = {value}: expected a value >= 0")
 
 
+COMPONENT_PATH = re.compile(r"^(default|[A-Za-z_][\w.]*:[A-Za-z_<>][\w.<>]*)$")
+
+
+def _component_entry(key: str, raw: Any, source: str) -> tuple[str, str]:
+    """`components.NAME = "module:qualname"` (or "default"): checked for form here; whether
+    NAME is a component and the path imports is checked where components are built."""
+    where = f"{source}: {key}" if source else key
+    name = key.split(".", 1)[1]
+    if not name.isidentifier():
+        raise ConfigError(f"{where}: expected components.FIELD with FIELD a PPOComponents field name")
+    if not isinstance(raw, str) or not COMPONENT_PATH.match(raw.strip()):
+        raise ConfigError(f"{where} = {raw!r}: expected \"module:function\" (e.g. rlhflab.ppo.advantages:gae) "
+                          "or \"default\"")
+    return name, raw.strip()
+
+
 def apply_overrides(config: PipelineConfig, overrides: dict[str, Any], source: str = "") -> PipelineConfig:
     """Return a copy of `config` with dotted keys (`ppo.kl_coef`) set, each coerced and checked."""
     sections = {name: getattr(config, name) for name in SECTIONS}
     top: dict[str, Any] = {}
+    components = config.component_record
     for key, raw in overrides.items():
         parts = key.split(".")
+        if len(parts) == 2 and parts[0] == "components":
+            name, path = _component_entry(key, raw, source)
+            components[name] = path
+            top["components"] = tuple(sorted(components.items()))
+            continue
         if len(parts) == 1:
             if key not in ("seed", "fault"):
                 raise ConfigError(_unknown(key, source, ["seed", "fault", *SECTIONS]))
@@ -412,7 +451,7 @@ def apply_overrides(config: PipelineConfig, overrides: dict[str, Any], source: s
             _check_range(key, top[key], source)
             continue
         if len(parts) != 2 or parts[0] not in sections:
-            raise ConfigError(_unknown(key, source, ["seed", *SECTIONS]))
+            raise ConfigError(_unknown(key, source, ["seed", *SECTIONS, "components"]))
         section_name, name = parts
         section = sections[section_name]
         hints = _field_hints(type(section))
@@ -528,6 +567,10 @@ def to_toml(config: PipelineConfig) -> str:
                 lines.append(f"# {f.name} is unset")
             else:
                 lines.append(f"{f.name} = {_toml_value(value)}")
+        lines.append("")
+    if config.components:
+        lines.append("[components]  # the PPO components the run used: PPOComponents field = module:qualname")
+        lines.extend(f"{name} = {_toml_value(path)}" for name, path in config.components)
         lines.append("")
     return "\n".join(lines)
 

@@ -13,8 +13,8 @@ from rlhflab.config import PipelineConfig, save_config, with_strategy
 from rlhflab.distributed import Cluster
 from rlhflab.doctor.diagnose import read_and_diagnose, write_diagnosis
 from rlhflab.doctor.report import write_report
-from rlhflab.ppo.components import PPOComponents
-from rlhflab.ppo.run import run_ppo
+from rlhflab.ppo.components import PPOComponents, record_components
+from rlhflab.ppo.run import StopRule, run_ppo
 from rlhflab.progress import console
 from rlhflab.runs import RunDir, read_json, write_json
 from rlhflab.stages.pretrain import run_pretrain
@@ -29,6 +29,7 @@ class StageContext:
     show_progress: bool
     cluster: Cluster
     resume: bool
+    stop_when: StopRule | None = None  # stops PPO early, beside `ppo.stop_on` (an ablation's arms)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ STAGES: tuple[Stage, ...] = (
           lambda c: asdict(run_pretrain(c.config, c.run, c.show_progress, c.cluster))),
     Stage("reward", "reward", ("stage2_rm",), lambda c: asdict(run_reward(c.config, c.run, c.show_progress, c.cluster))),
     Stage("ppo", "eval", ("stage3_policy",),
-          lambda c: run_ppo(c.config, c.run, c.components, c.show_progress, resume=c.resume, cluster=c.cluster),
+          lambda c: run_ppo(c.config, c.run, c.components, c.show_progress, resume=c.resume, cluster=c.cluster,
+                            stop_when=c.stop_when),
           resumes_itself=True),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
@@ -96,7 +98,7 @@ def run_pipeline(
     Under torchrun every stage runs on every process through the engine of
     `distributed.strategy` (engines.py); the doctor runs on the first."""
     run = RunDir(Path(out))
-    config = with_strategy(config, cluster.world)
+    config = record_components(with_strategy(config, cluster.world), components)
     if cluster.is_main:
         run.create()
         save_config(config, run.config)

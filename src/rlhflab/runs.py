@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -57,6 +58,11 @@ class RunDir:
     @property
     def report(self) -> Path:
         return self.root / "report.html"
+
+    @property
+    def ablate(self) -> Path:
+        """`RUN/ablate/ARM/seedK/`: an ablation's arms (`rlhflab ablate`)."""
+        return self.root / "ablate"
 
     def metrics(self, stage: str) -> Path:
         return self.root / "metrics" / f"{stage}.jsonl"
@@ -219,3 +225,27 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     tmp = fresh_dir(path)
     yield tmp
     swap_in(tmp, path)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    if os.path.lexists(target):
+        if os.path.samefile(source, target):  # linked before (a resumed rerun)
+            return
+        os.unlink(target)
+    try:
+        os.link(source, target)
+    except OSError:  # another filesystem, or one without hard links
+        shutil.copy2(source, target)
+
+
+def link_tree(source: Path, target: Path) -> None:
+    """`source`'s files hard-linked under `target` (copied where links cannot be made): a
+    rerun shares the stages it does not change without copying them. Every writer replaces
+    files (atomic renames) or writes new ones, so a link is never written through."""
+    shutil.copytree(source, target, copy_function=_link_or_copy, dirs_exist_ok=True)
+
+
+def link_file(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    _link_or_copy(str(source), str(target))

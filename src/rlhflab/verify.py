@@ -2,14 +2,13 @@
 diagnose both runs, and compare them as `rlhflab compare` does (doctor/compare.py: each
 finding gone, weaker or still there, new findings, the truth's change, a verdict).
 
-Only the stages a fix touches are rerun: a `ppo.*` fix reuses the run's stage-1 and
-stage-2 models (copied, so the original run is untouched), a `reward.*` fix reruns
-stages 2 and 3, anything else all three.
+Only the stages a fix touches are rerun: a `ppo.*` (or `components.*`) fix reuses the
+run's stage-1 and stage-2 models (hard-linked: no copy, and no stage writes into a file it
+did not create), a `reward.*` fix reruns stages 2 and 3, anything else all three.
 """
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +20,8 @@ from rlhflab.doctor.findings import Diagnosis
 from rlhflab.doctor.report import write_report
 from rlhflab.faults.zoo import components_for
 from rlhflab.pipeline import STAGE_NAMES, STAGES, StageContext, run_stages
-from rlhflab.runs import RunDir, write_json
+from rlhflab.ppo.components import record_components
+from rlhflab.runs import RunDir, link_file, link_tree, write_json
 
 
 @dataclass(frozen=True)
@@ -36,32 +36,42 @@ def first_stage_to_rerun(fix: dict[str, str]) -> str:
     """The earliest stage whose config section the fix touches; a key of no stage's
     section (seed, world, data, fault) may shape any stage, so all rerun. No key at all
     (a fault that replaces PPO code only) reruns the last stage."""
-    sections = {key.split(".")[0] for key in fix}
+    sections = {"ppo" if key.startswith("components.") else key.split(".")[0] for key in fix}
     if not sections <= set(STAGE_NAMES):
         return STAGE_NAMES[0]
     return min(sections, key=STAGE_NAMES.index, default=STAGE_NAMES[-1])
 
 
-def rerun(config, source: RunDir, out: RunDir, first_stage: str, components, show_progress: bool) -> None:
-    """The stages from `first_stage` on into `out`, after copying the outputs and metrics
-    of the stages before it from `source` (same seeds, so those stages are identical)."""
-    out.create()
-    config = with_strategy(config, 1)  # the rerun is one process, whatever the run was
-    save_config(config, out.config)
+def share_stages(source: RunDir, out: RunDir, first_stage: str) -> None:
+    """The outputs and metrics of the stages before `first_stage`, hard-linked from
+    `source` into `out` (same seeds and settings, so those stages are identical)."""
     for stage in STAGES[:STAGE_NAMES.index(first_stage)]:
         for name in stage.outputs:
             if (source.root / name).is_dir():
-                shutil.copytree(source.root / name, out.root / name, dirs_exist_ok=True)
+                link_tree(source.root / name, out.root / name)
         if source.metrics(stage.name).is_file():
-            shutil.copy(source.metrics(stage.name), out.metrics(stage.name))
-    run_stages(StageContext(config, out, components, show_progress, Cluster.single(), resume=False), first_stage)
+            link_file(source.metrics(stage.name), out.metrics(stage.name))
+
+
+def rerun(config, source: RunDir, out: RunDir, first_stage: str, components, show_progress: bool,
+          resume: bool = False, stop_when=None) -> dict:
+    """The stages from `first_stage` on into `out`, sharing the stages before it with
+    `source`; their results by summary key. With `resume`, continues a rerun that was cut."""
+    out.create()
+    config = record_components(with_strategy(config, 1), components)  # the rerun is one process
+    save_config(config, out.config)
+    share_stages(source, out, first_stage)
+    context = StageContext(config, out, components, show_progress, Cluster.single(), resume=resume,
+                           stop_when=stop_when)
+    return run_stages(context, first_stage)[0]
 
 
 def verify(run_dir: Path, fixes: list[str], out: Path | None = None, components=None,
            show_progress: bool = True) -> VerifyResult:
     source = RunDir(Path(run_dir))
     fix = dict(parse_override(f) for f in fixes)
-    config = apply_overrides(config_from_run(source.root), fix, source="--fix")
+    recorded = config_from_run(source.root)
+    config = apply_overrides(record_components(recorded, components_for(recorded)), fix, source="--fix")
     target = RunDir(Path(out) if out else source.root.parent / f"{source.root.name}-verify")
     # The rerun keeps the run's fault unless the fix removes it (`--fix fault=`).
     rerun(config, source, target, first_stage_to_rerun(fix), components or components_for(config), show_progress)

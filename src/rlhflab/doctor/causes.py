@@ -30,7 +30,9 @@ CauseMaker = Callable[[MetricTable], Cause]
 # The values fixes propose when the log does not suggest better ones.
 KL_COEF = 0.2  # per nat on standardised rewards: lm-human-preferences' initial beta, TRL 0.x's init_kl_coef
 CLIP_EPS = 0.2  # Schulman et al. 2017 use 0.1-0.3; 0.2 is the common default (TRL, OpenAI baselines)
-NEVER_CLIPS = 1.0  # a ratio clip range >= 1 clips only past a 2x ratio change, so never in practice
+NEVER_CLIPS = 1.0
+# A per-update approx-KL PPO is run at: Spinning Up's target_kl is 0.01-0.05; healthy demo runs' median is 0.01-0.015.
+TARGET_APPROXKL = 0.02  # a ratio clip range >= 1 clips only past a 2x ratio change, so never in practice
 
 
 @dataclass(frozen=True)
@@ -60,10 +62,26 @@ def _kl_fix(table: MetricTable) -> Fix:
     return Fix((Change("kl_coef", "set", KL_COEF),), f"restore a KL penalty ({KL_COEF} per nat on standardised rewards)")
 
 
+def _lr_factor(table: MetricTable) -> float:
+    """How much smaller the learning rate should be: 10x, or more where the first update's
+    approx-KL says so. The KL between nearby policies is second order in the step (its
+    Fisher-metric expansion, Schulman et al. 2015, TRPO sec. 4), and Adam's step is
+    proportional to the learning rate, so scaling it by sqrt(TARGET_APPROXKL / first)
+    brings the first update's approx-KL to the target; at most 1000x."""
+    approxkl = table.get("policy/approxkl")
+    first = approxkl.values[0] if approxkl is not None else 0.0
+    if first <= TARGET_APPROXKL:
+        return 0.1
+    return max(0.001, min(0.1, (TARGET_APPROXKL / first) ** 0.5))
+
+
 def _lr_fix(table: MetricTable) -> Fix:
     lr = table.settings.lr if table.settings.lr is not None else _last(table, "lr")
-    value = float(f"{lr / 10:.2g}") if lr else 3e-5
-    return Fix((Change("lr", "set", value),), "a 10x smaller learning rate makes each PPO step smaller")
+    factor = _lr_factor(table)
+    value = float(f"{lr * factor:.2g}") if lr else 3e-5
+    return Fix((Change("lr", "set", value),), f"a {1 / factor:.0f}x smaller learning rate makes each PPO step smaller"
+               + (" (the first update's approx-KL, second order in the step, to about "
+                  f"{TARGET_APPROXKL:g})" if factor < 0.1 else ""))
 
 
 def _more_pairs(table: MetricTable) -> Change:

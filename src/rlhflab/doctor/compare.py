@@ -27,6 +27,7 @@ from rlhflab.doctor.rules.registry import Threshold
 from rlhflab.doctor.table import MetricTable
 
 Verdict = Literal["fixed", "partly fixed", "not fixed", "worse", "cannot tell"]
+FindingStatus = Literal["gone", "weaker", "delayed", "still there", "cannot tell"]
 EXIT_CODES: dict[str, int] = {"fixed": 0, "not fixed": 1, "worse": 1, "partly fixed": 3, "cannot tell": 3}
 SERIOUS = ("high", "medium")
 WORLD_SEED_SPREAD = Threshold(
@@ -41,7 +42,7 @@ RESAMPLES = 2000
 @dataclass(frozen=True)
 class FindingChange:
     rule: str
-    status: Literal["gone", "weaker", "still there"]
+    status: FindingStatus
     metric: str  # its evidence metric
     before: float  # the metric's last-quarter mean, before (mean over runs)
     after: float
@@ -150,11 +151,29 @@ def _end_mean(tables: list[MetricTable], metric: str) -> float:
     return statistics.fmean(levels) if levels else math.nan
 
 
+def last_step(table: MetricTable) -> int:
+    """The last training step a table holds (stage 1-2 series count other steps)."""
+    return max((s.steps[-1] for name, s in table.series.items() if len(s) and not name.startswith(("rm/", "lm/"))),
+               default=-1)
+
+
+def _onsets(diagnoses: list[Diagnosis], rule: str) -> list[int]:
+    return [f.onset_step for d in diagnoses for f in d.findings if f.rule == rule and f.severity in SERIOUS]
+
+
 def finding_changes(before: list[Diagnosis], after: list[Diagnosis], before_tables: list[MetricTable],
-                    after_tables: list[MetricTable]) -> tuple[list[FindingChange], list[str]]:
-    """Each medium/high finding of the before side (any of its runs): gone (on no after run),
-    weaker (on fewer after runs, or less severe), or still there; and the after side's new ones
-    (on none of the runs before and on most of those after)."""
+                    after_tables: list[MetricTable], reproducible: bool = False) -> tuple[list[FindingChange], list[str]]:
+    """Each medium/high finding of the before side (any of its runs): gone (on no after run,
+    each of which ran as long as the runs before), weaker (on fewer after runs, or less
+    severe), delayed (on every after run, each onset later than every onset before), still
+    there, or cannot tell (absent only from after runs cut shorter than the runs before);
+    and the after side's new ones (on none of the runs before and on most of those after).
+
+    "Delayed" with n runs a side: were onsets exchangeable, all n after ones would follow
+    all n before ones with probability 1 / C(2n, n) (0.05 at n = 3): a later onset is not a
+    cure, whatever the curves do after it. With `reproducible`, only the findings on most
+    runs before count (as new findings count only on most runs after): one seed in several
+    is the rule's own noise."""
     order = {"high": 2, "medium": 1}
     b_rules: dict[str, str] = {}
     evidence: dict[str, str] = {}
@@ -163,21 +182,32 @@ def finding_changes(before: list[Diagnosis], after: list[Diagnosis], before_tabl
             if f.severity in SERIOUS and order[f.severity] > order.get(b_rules.get(f.rule, ""), 0):
                 b_rules[f.rule] = f.severity
                 evidence[f.rule] = f.evidence[0].metric if f.evidence else ""
+    if reproducible:
+        b_rules = {rule: sev for rule, sev in b_rules.items() if 2 * sum(rule in _serious(d) for d in before) > len(before)}
     after_serious = [_serious(d) for d in after]
+    full_length = min((last_step(t) for t in before_tables), default=-1)
+    complete = [last_step(t) >= full_length for t in after_tables] if after_tables else [True] * len(after)
     changes = []
     for rule, severity in sorted(b_rules.items()):
         on = [s[rule] for s in after_serious if rule in s]
         metric = evidence[rule]
         b, a = _end_mean(before_tables, metric), _end_mean(after_tables, metric)
-        if not on:
+        b_onsets, a_onsets = _onsets(before, rule), _onsets(after, rule)
+        if not on and all(complete):
             status, detail = "gone", f"on none of the {len(after)} run(s) after"
+        elif not on:
+            status, detail = "cannot tell", (f"on none of the {len(after)} run(s) after, but {complete.count(False)} "
+                                             f"stopped before step {full_length}, where the runs before end")
         elif len(on) < len(after) or max(order[s] for s in on) < order[severity]:
             status, detail = "weaker", f"on {len(on)} of {len(after)} run(s) after, at most {max(on, key=order.get)}"
+        elif min(a_onsets) > max(b_onsets):
+            status, detail = "delayed", (f"on all {len(after)} run(s) after, from step {min(a_onsets)} (before: from "
+                                         f"step {min(b_onsets)}, the last at {max(b_onsets)})")
         else:
             status, detail = "still there", f"on all {len(after)} run(s) after"
         changes.append(FindingChange(rule, status, metric, b, a, detail + f"; {metric} {b:.4g} -> {a:.4g} (last "
                                      "quarter)"))
-    before_any = set(b_rules)
+    before_any = {rule for d in before for rule in _serious(d)}
     counts = {rule: sum(rule in s for s in after_serious) for rule in {r for s in after_serious for r in s} - before_any}
     # A new finding counts when most runs after show it: one seed in several is the rule's own noise.
     new = sorted(rule for rule, count in counts.items() if 2 * count > len(after))
@@ -191,12 +221,13 @@ def differing_settings(before: list[MetricTable], after: list[MetricTable]) -> d
 
 
 def compare_tables(before: list[MetricTable], after: list[MetricTable], seed: int = 0,
-                   truth: TruthChange | None = None) -> Comparison:
+                   truth: TruthChange | None = None, reproducible: bool = False) -> Comparison:
     """The comparison of two sides (one or more runs each), with its verdict; `truth`: the
-    truth's change measured elsewhere (a rating study), instead of from the curves."""
+    truth's change measured elsewhere (a rating study), instead of from the curves;
+    `reproducible`: only the findings on most runs before count (finding_changes)."""
     b_diag, a_diag = [diagnose(t) for t in before], [diagnose(t) for t in after]
     result = Comparison()
-    result.findings, result.new_findings = finding_changes(b_diag, a_diag, before, after)
+    result.findings, result.new_findings = finding_changes(b_diag, a_diag, before, after, reproducible)
     result.truth = truth or truth_change(before, after, seed)
     result.settings = differing_settings(before, after)
     result.verdict, result.why = verdict(result, b_diag, a_diag)
@@ -221,7 +252,13 @@ def verdict(result: Comparison, before: list[Diagnosis], after: list[Diagnosis])
         if any(s in ("gone", "weaker") for s in statuses):
             gone = sum(s == "gone" for s in statuses)
             return "partly fixed", f"{gone} of {len(statuses)} finding(s) gone, " + ", ".join(
-                f.rule for f in result.findings if f.status != "gone") + " not"
+                f"{f.rule} {f.status}" for f in result.findings if f.status != "gone")
+        if "cannot tell" in statuses:
+            return "cannot tell", "the run(s) after stopped before the findings' steps: " + ", ".join(
+                f.rule for f in result.findings if f.status == "cannot tell")
+        if "delayed" in statuses:
+            return "not fixed", "the finding(s) came later but came: " + ", ".join(
+                f.rule for f in result.findings if f.status == "delayed")
         return "not fixed", "every finding of the run(s) before is still there"
     if better_truth:
         return "fixed", f"no finding before; the {truth.which} rose by {truth.change:.3g}"

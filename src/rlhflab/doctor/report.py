@@ -30,24 +30,32 @@ PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def _png(fig) -> str:
+def png(fig) -> str:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
     return base64.b64encode(buffer.getvalue()).decode()
 
 
-def plot_panels(table: MetricTable, diagnosis: Diagnosis,
-                compare: MetricTable | None = None) -> list[tuple[str, str]] | None:
-    """(title, base64 PNG) per panel that has data; finding onsets drawn as vertical lines.
-    None when matplotlib is not installed (the doctor installs without it)."""
+def pyplot():
+    """matplotlib's pyplot on a file backend, or None when matplotlib is not installed (the
+    doctor installs without it)."""
     try:
         import matplotlib
     except ImportError:
         return None
-
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_panels(table: MetricTable, diagnosis: Diagnosis,
+                compare: MetricTable | None = None) -> list[tuple[str, str]] | None:
+    """(title, base64 PNG) per panel that has data; finding onsets drawn as vertical lines.
+    None without matplotlib."""
+    plt = pyplot()
+    if plt is None:
+        return None
     images = []
     for title, metrics in PANELS:
         present = [m for m in metrics if table.get(m, any_unit=True) is not None]
@@ -74,7 +82,7 @@ def plot_panels(table: MetricTable, diagnosis: Diagnosis,
         ax.set_xlabel("PPO iteration", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=6, loc="best")
-        images.append((title, _png(fig)))
+        images.append((title, png(fig)))
         plt.close(fig)
     return images
 
@@ -125,12 +133,16 @@ def _signed(value: float | None) -> str:
     return "" if value is None else f"{value:+.2f}"
 
 
-def _onset_samples(table: MetricTable, step: int) -> str:
+def _onset_samples(table: MetricTable, step: int, shown: dict[int, str], title: str) -> str:
     """The samples of a finding's onset: the highest- and lowest-rewarded responses (their
-    reward beside them) and the most repeated openings (how many responses open so)."""
+    reward beside them) and the most repeated openings (how many responses open so). Each
+    step's samples are shown once, under the first finding that began there (`shown`)."""
     found = samples_at(table.samples, step)
     if found is None:
         return ""
+    if found.step in shown:
+        return f"<p class='muted'>Samples at step {found.step}: under “{html.escape(shown[found.step])}” above.</p>"
+    shown[found.step] = title
     openings = "".join(f"<li>{n} of {found.count} ({n / found.count:.0%}) open with "
                        f"<q>{html.escape(words)}</q></li>" for words, n in found.openings)
     rows = "".join(f"<tr><td>{label}</td><td>{_signed(s.reward)}</td><td>{_signed(s.gold)}</td>"
@@ -141,6 +153,46 @@ def _onset_samples(table: MetricTable, step: int) -> str:
                   "</table>" if rows else "<p class='muted'>The samples carry no reward.</p>")
     return (f"<details open><summary>Samples at step {found.step} ({found.count} responses)</summary>"
             f"<p>Most repeated openings:</p><ul>{openings}</ul>{table_html}</details>")
+
+
+def _headline_finding(diagnosis: Diagnosis):
+    serious = [f for f in diagnosis.findings if f.severity in ("high", "medium")]
+    return min(serious, key=lambda f: (f.severity != "high", f.onset_step)) if serious else None
+
+
+def headline_component(diagnosis: Diagnosis) -> str:
+    """The component the headline blames first ("" when none)."""
+    first = _headline_finding(diagnosis)
+    return first.causes[0].component if first is not None and first.causes else ""
+
+
+def headline(diagnosis: Diagnosis) -> str:
+    """The diagnosis in a sentence or two: what went wrong, from which step, the most likely
+    component and its fix (the earliest high-severity finding, else the earliest)."""
+    first = _headline_finding(diagnosis)
+    if first is None:
+        return VERDICTS[diagnosis.verdict]
+    serious = [f for f in diagnosis.findings if f.severity in ("high", "medium")]
+    cause = first.causes[0] if first.causes else None
+    text = f"{first.title}, from step {first.onset_step}"
+    if cause is not None:
+        text += f"; most likely cause: {cause.component} ({cause.explanation})"
+        fix = first.fix
+        if fix is not None:
+            text += "; fix: " + ", ".join(render_change(diagnosis.vocabulary, c) for c in fix.changes)
+    others = sorted({f.rule for f in serious} - {first.rule})
+    return text + "." + (f" Also: {', '.join(others)}." if others else "")
+
+
+def _ablation_line(run: RunDir) -> str:
+    """Whether an ablation confirmed the cause (RUN/ablate/ablate.json), or how to run one."""
+    path = run.ablate / "ablate.json"
+    if not path.is_file():
+        return (f"<p class='muted'>Not confirmed by experiment: <code>rlhflab ablate {html.escape(str(run.root))}</code> "
+                "reruns the candidate fixes over seeds.</p>")
+    data = json.loads(path.read_text())
+    return (f"<p><b>Ablation ({len(data['plan']['seeds'])} seeds a side): {html.escape(data['verdict'])}</b>: "
+            f"{html.escape(data['why'])}. <a href='ablate/report.html'>The ablation's report</a>.</p>")
 
 
 def _fix_text(diagnosis: Diagnosis, cause) -> str:
@@ -174,6 +226,7 @@ def _findings_section(diagnosis: Diagnosis, table: MetricTable) -> str:
     if not diagnosis.findings:
         return "<h2>Findings</h2><p>None.</p>"
     parts = ["<h2>Findings</h2>"]
+    shown: dict[int, str] = {}
     for f in diagnosis.findings:
         evidence = "".join(
             f"<tr><td>{html.escape(e.metric)}</td><td>{e.onset_step}</td>"
@@ -194,7 +247,7 @@ def _findings_section(diagnosis: Diagnosis, table: MetricTable) -> str:
             f"<table><tr><th>metric</th><th>onset</th><th>observed</th><th>threshold</th><th>source</th></tr>"
             f"{evidence}</table><p>Likely causes, most likely first:</p><ol>{causes}</ol>"
             f"<p>Verify: <code>{html.escape(verify_command(diagnosis, f))}</code></p>"
-            f"{_rated_at(table, f.onset_step)}{_onset_samples(table, f.onset_step)}</div>"
+            f"{_rated_at(table, f.onset_step)}{_onset_samples(table, f.onset_step, shown, f.title)}</div>"
         )
     if diagnosis.skipped:
         skipped = ", ".join(f"{rule} (needs {', '.join(m)})" for rule, m in diagnosis.skipped.items())
@@ -222,7 +275,7 @@ def _verify_section(run: RunDir) -> str:
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1150px;margin:auto;padding:1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0;font-size:.85em}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
 .grid{display:flex;flex-wrap:wrap;gap:8px}.grid img{width:370px}.finding{border-left:5px solid #999;padding:0 1em;margin:1em 0}
-.finding.high{border-color:crimson}.finding.medium{border-color:darkorange}.ok{color:green}.muted{color:#777}"""
+.lead{font-size:1.1em;max-width:60em}.finding.high{border-color:crimson}.finding.medium{border-color:darkorange}.ok{color:green}.muted{color:#777}"""
 
 
 def write_report(run_dir: Path, table: MetricTable, diagnosis: Diagnosis, compare: MetricTable | None = None,
@@ -245,9 +298,12 @@ def write_report(run_dir: Path, table: MetricTable, diagnosis: Diagnosis, compar
                    + "</table>")
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>rlhflab report: {html.escape(run.root.name)}</title>"
             f"<style>{STYLE}</style></head><body><h1>rlhflab report: {html.escape(str(run.root))}</h1>"
-            f"<p>{diagnosis.steps} PPO iterations; {len(diagnosis.findings)} finding(s).</p>"
+            f"<p class='lead'>{html.escape(headline(diagnosis))}</p>"
+            + (_ablation_line(run) if not diagnosis.healthy and diagnosis.verifiable else "")
+            + f"<p class='muted'>{diagnosis.steps} PPO iterations; {len(diagnosis.findings)} finding(s).</p>"
+            f"<h2>Curves (dotted: where a finding began)</h2><div class='grid'>{figures}</div>"
             f"{coverage_section(diagnosis)}{_findings_section(diagnosis, table)}{_verify_section(run)}{summary}"
-            f"<h2>Curves</h2><div class='grid'>{figures}</div>{_samples_section(table)}</body></html>")
+            f"{_samples_section(table)}</body></html>")
     target = Path(out) if out is not None else run.report
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8")

@@ -21,7 +21,7 @@ from rlhflab.doctor.findings import Component
 from rlhflab.models.forward import position_ids_from_mask
 from rlhflab.models.sampling import sample_responses
 from rlhflab.ppo import advantages
-from rlhflab.ppo.components import PPOComponents
+from rlhflab.ppo.components import PPOComponents, component_path, components_from_record
 from rlhflab.ppo.kl import AdaptiveKLController
 
 
@@ -198,8 +198,9 @@ def get_fault(name: str) -> Fault:
 
 def with_fault(config: PipelineConfig, name: str | None) -> PipelineConfig:
     """`config` with the fault `name` injected: its name recorded and its own config applied
-    last (it sets its component's keys). Without a name, the config's own `fault` is
-    checked. An unknown fault is a ConfigError."""
+    last (it sets its component's keys); where the config already records its components,
+    the fault's replacements are written into the record. Without a name, the config's own
+    `fault` is checked. An unknown fault is a ConfigError."""
     if not name:
         components_for(config)
         return config
@@ -207,13 +208,17 @@ def with_fault(config: PipelineConfig, name: str | None) -> PipelineConfig:
         fault = get_fault(name)
     except KeyError as err:
         raise ConfigError(str(err.args[0])) from None
-    return apply_overrides(config, {"fault": name, **fault.config(config)}, source=f"fault {name}")
+    code = {f"components.{field_name}": component_path(f) for field_name, f in fault.code.items()}
+    return apply_overrides(config, {"fault": name, **fault.config(config), **(code if config.components else {})},
+                           source=f"fault {name}")
 
 
 def components_for(config: PipelineConfig) -> PPOComponents:
-    """The components a run uses: the defaults, with its fault's replacement if it has one."""
-    if not config.fault:
-        return PPOComponents()
-    if config.fault not in BY_NAME:
+    """The components a run uses: its `[components]` record where it has one (what the run
+    started with, and any swapped back since), else the defaults with its fault's
+    replacements (a config not yet run, or written before runs recorded them)."""
+    if config.fault and config.fault not in BY_NAME:
         raise ConfigError(f"fault = {config.fault!r}: unknown fault; known: {', '.join(BY_NAME)}")
-    return BY_NAME[config.fault].components()
+    if config.components:
+        return components_from_record(config.component_record)
+    return BY_NAME[config.fault].components() if config.fault else PPOComponents()

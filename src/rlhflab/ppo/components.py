@@ -4,15 +4,16 @@ wrong replacement for exactly one field, so the main code never branches on a fa
 
 from __future__ import annotations
 
+import importlib
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
 from torch import Tensor
 
-from rlhflab.config import PPOConfig
+from rlhflab.config import ConfigError, PipelineConfig, PPOConfig
 from rlhflab.models.forward import response_logits
 from rlhflab.models.lm import load_causal_lm
 from rlhflab.models.lora import AdaptersOff, is_adapted
@@ -101,3 +102,51 @@ class PPOComponents:
     reward_transform: Callable[[Tensor, float, float, bool], Tensor] = standardise
     # Data.
     prompts: Callable = world_prompts
+
+
+COMPONENT_NAMES = tuple(f.name for f in fields(PPOComponents))
+DEFAULT = "default"  # a record's value for a component swapped back to its default
+
+
+def component_path(function: Callable) -> str:
+    """Where a component lives, as `module:qualname` (what config.toml records)."""
+    target = function if hasattr(function, "__qualname__") else type(function)
+    return f"{target.__module__}:{target.__qualname__}"
+
+
+def record_components(config: PipelineConfig, components: PPOComponents) -> PipelineConfig:
+    """`config` with every component the run uses written in its `[components]` record (the
+    defaults too, so a later reader needs no fault name to rebuild them)."""
+    record = tuple(sorted((name, component_path(getattr(components, name))) for name in COMPONENT_NAMES))
+    return replace(config, components=record)
+
+
+def non_default_components(config: PipelineConfig) -> dict[str, str]:
+    """The recorded components that are not the defaults: field -> module:qualname."""
+    defaults = PPOComponents()
+    return {name: path for name, path in config.components
+            if path != DEFAULT and path != component_path(getattr(defaults, name))}
+
+
+def _import(name: str, path: str) -> Callable:
+    module_name, _, qualname = path.partition(":")
+    if "<" in qualname:
+        raise ConfigError(f"components.{name} = {path!r}: defined inside a function, so it cannot be imported "
+                          "again; define it at a module's top level to rerun the run")
+    try:
+        found = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"components.{name} = {path!r}: cannot import it ({err})") from None
+    return found
+
+
+def components_from_record(record: dict[str, str], base: PPOComponents = PPOComponents()) -> PPOComponents:
+    """`base` with each recorded component imported by its path ("default": the default's)."""
+    unknown = sorted(set(record) - set(COMPONENT_NAMES))
+    if unknown:
+        raise ConfigError(f"components.{unknown[0]}: not a PPO component; known: {', '.join(COMPONENT_NAMES)}")
+    defaults = PPOComponents()
+    return replace(base, **{name: getattr(defaults, name) if path == DEFAULT else _import(name, path)
+                            for name, path in record.items()})

@@ -10,6 +10,7 @@ import signal
 import threading
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable, Optional
 
 from rlhflab.checkpoint import (
     ResumePoint,
@@ -22,6 +23,7 @@ from rlhflab.checkpoint import (
 from rlhflab.config import PipelineConfig, stop_rules
 from rlhflab.distributed import Cluster
 from rlhflab.doctor.diagnose import diagnose, write_diagnosis
+from rlhflab.doctor.findings import Diagnosis, Finding
 from rlhflab.doctor.formats.rlhflab import FORMAT as RLHFLAB_FORMAT
 from rlhflab.doctor.formats.rlhflab import reward_train_max, settings_from_config
 from rlhflab.doctor.formats.spec import RawLog, UserMapping, build_table
@@ -44,6 +46,7 @@ def run_ppo(
     show_progress: bool = True,
     resume: bool = False,
     cluster: Cluster = Cluster.single(),
+    stop_when: StopRule | None = None,
 ) -> dict[str, dict[str, float]]:
     """Train, log `metrics/ppo.jsonl` and `samples/ppo.jsonl`, save the policy, and
     compare the starting policy with the final one on held-out prompts.
@@ -52,7 +55,9 @@ def run_ppo(
     or SIGTERM (then the run exits), and when the run stops early. With `resume`, the run
     continues from RUN/checkpoints/ppo: lines logged after that checkpoint are dropped
     and logged again, so the metrics file has every step once. Under torchrun only the
-    first process writes files; every process runs the same loop (distributed.py)."""
+    first process writes files; every process runs the same loop (distributed.py).
+    `stop_when` stops the run early like `ppo.stop_on`, on its own condition over the live
+    diagnosis (an ablation's arm whose finding is already there)."""
     cfg = config.ppo
     state = load_ppo_state(config, run, components, cluster.device, cluster)
     writer = cluster.is_main
@@ -61,7 +66,7 @@ def run_ppo(
     evaluate = lambda lm: evaluate_policy(  # noqa: E731
         lm, state.reference, state.reward, task.world, state.tokenizer, task.eval_prompts,
         cfg.response_length, cfg.temperature,
-        RowStreams(config.seed, ("eval-sampling",), list(range(len(task.eval_prompts)))),
+        RowStreams(config.ppo_seed, ("eval-sampling",), list(range(len(task.eval_prompts)))),
         cluster=cluster, full_weights=lambda: state.engine.full_weights(state.policy),
     )
     checkpoint_dir = run.checkpoints / "ppo"
@@ -86,12 +91,12 @@ def run_ppo(
                         ResumePoint(next_step, *lines, before), cluster)
 
     logger = stage_logger(run, "ppo", append=first > 0, writer=writer)
-    watch = LiveDoctor(config, state, records, kept)
+    watch = LiveDoctor(config, state, records, kept, stop_when)
     stopped, step = None, first - 1
     with StopSignals() as signals, progress_bar("stage 3 ppo", cfg.iterations, show_progress, first) as bar:
         for step in range(first, cfg.iterations):
-            prompts = components.prompts(task.train, cfg.batch_size, derive_seed(config.seed, "ppo-prompts", str(step)))
-            rollout, metrics = ppo_iteration(state, prompts, config.seed, step)
+            prompts = components.prompts(task.train, cfg.batch_size, derive_seed(config.ppo_seed, "ppo-prompts", str(step)))
+            rollout, metrics = ppo_iteration(state, prompts, config.ppo_seed, step)
             gold = task.gold(rollout.prompts, rollout.responses) if task.gold is not None else None
             if gold is not None:
                 metrics["reward/gold_mean"] = sum(gold) / len(gold)
@@ -158,15 +163,21 @@ class StopSignals:
             signal.signal(signum, handler)
 
 
+# A stop condition over the live diagnosis: the finding to stop on, or None to go on.
+StopRule = Callable[[Diagnosis], Optional[Finding]]
+
+
 class LiveDoctor:
     """Runs the doctor's detectors on the metrics so far every `ppo.doctor_every` iterations
-    and returns the first finding whose rule is in `ppo.stop_on`; and stops the run after
-    `ppo.max_nonfinite_iterations` iterations in a row with a skipped (non-finite) update."""
+    and returns the first finding whose rule is in `ppo.stop_on` (or the one `stop_when`
+    returns); and stops the run after `ppo.max_nonfinite_iterations` iterations in a row
+    with a skipped (non-finite) update."""
 
     def __init__(self, config: PipelineConfig, state: PPOState, records: list[dict] | None = None,
-                 samples: list[dict] | None = None) -> None:
+                 samples: list[dict] | None = None, stop_when: StopRule | None = None) -> None:
         self.config, self.state = config, state
         self.stop_on = set(stop_rules(config.ppo))
+        self.stop_when = stop_when
         self.records: list[dict] = list(records or [])
         self.samples: list[dict] = list(samples or [])  # the rows of samples/ppo.jsonl so far (every process has them)
         self.last_diagnosis = None
@@ -183,9 +194,11 @@ class LiveDoctor:
         recent = self.records[-limit:]
         if len(recent) == limit and all(r.get("guard/skipped_updates", 0) for r in recent):
             return next(f for f in self._diagnose().findings if f.rule == "updates_skipped")
-        if not self.stop_on or (step + 1) % self.config.ppo.doctor_every:
+        if not (self.stop_on or self.stop_when) or (step + 1) % self.config.ppo.doctor_every:
             return None
-        return next((f for f in self._diagnose().findings if f.stops(self.stop_on)), None)
+        diagnosis = self._diagnose()
+        found = next((f for f in diagnosis.findings if f.stops(self.stop_on)), None)
+        return found if found is not None or self.stop_when is None else self.stop_when(diagnosis)
 
     def _diagnose(self):
         # The metrics so far, read as the doctor reads the run's files afterwards.

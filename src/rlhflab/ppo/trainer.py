@@ -215,7 +215,7 @@ def build_ppo_state(config: PipelineConfig, policy_dir: Path, reward_dir: Path, 
     cfg = config.ppo
     use_bf16(config.compute.bf16)  # the forwards' precision, for every caller (the run, the checkup, benches)
     engine = make_engine(config.distributed, cluster)
-    torch.manual_seed(derive_seed(config.seed, "ppo-init"))
+    torch.manual_seed(derive_seed(config.ppo_seed, "ppo-init"))
     lm = load_causal_lm(policy_dir)
     if config.lora.rank:
         lm = with_adapters(lm, config.lora)

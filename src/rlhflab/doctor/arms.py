@@ -1,0 +1,192 @@
+"""Arms of an ablation, ranked: each arm's runs compared with the control's as `rlhflab
+compare` compares two sides (doctor/compare.py), and the verdict that names the confirmed
+cause, or says that no setting cures the run.
+
+An arm cures when every medium/high finding of the control is gone on all its seeds (each
+run to the control's full length) and the truth did not fall beyond its noise: compare's
+verdict "fixed", counting the control's findings that reproduce (on most of its seeds). A
+cure is confirmed when the control shows a finding on enough of its seeds that an arm
+showing it on none is unlikely by chance, were the arm to do nothing: Fisher's exact test,
+one-sided (Fisher 1935), p <= 0.05 for at least one finding, which with 3 seeds a side
+needs that finding on all 3 control seeds (p = 1/20). The number of seeds is chosen for this test and for the truth: the
+standard two-sample size n = 2 (z_{1-a/2} + z_{power})^2 s^2 / d^2 (Cohen 1988, ch. 2) for
+a cure of the size the run lost (d, its truth's fall from its best level) against the seed
+spread s.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from rlhflab.doctor.compare import Comparison, block_means, compare_tables, end_values, last_step
+from rlhflab.doctor.diagnose import diagnose
+from rlhflab.doctor.findings import Diagnosis
+from rlhflab.doctor.table import MetricTable
+
+ArmKind = Literal["setting", "component", "given"]
+AblationVerdict = Literal["confirmed", "not confirmed", "no setting cures it", "cannot tell"]
+CONFIRM_P = 0.05
+POWER = 0.8
+MIN_SEEDS = 3  # the fewest seeds a side at which the findings' test can reach CONFIRM_P
+MAX_SEEDS = 8
+VERDICT_ORDER = {"fixed": 0, "partly fixed": 1, "cannot tell": 2, "not fixed": 3, "worse": 4}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One candidate fix: config overrides in rlhflab keys, and what it tests."""
+
+    name: str  # its directory under RUN/ablate/
+    kind: ArmKind  # a doctor's fix for a setting, a component swapped back to its default, or given by --fix
+    changes: tuple[str, ...]  # key=value overrides
+    component: str  # the doctor's component for a setting arm; the PPOComponents field for a component arm
+    why: str = ""  # the cause it tests, in words
+
+
+@dataclass
+class ArmOutcome:
+    arm: Arm
+    comparison: Comparison  # its runs against the control's
+    cures: bool  # compare's verdict "fixed"
+    p_value: float | None  # the findings' test (smallest over the control's findings); None without findings
+    stopped: list[int] = field(default_factory=list)  # seeds stopped early, the finding already there
+
+    @property
+    def confirmed(self) -> bool:
+        return self.cures and self.p_value is not None and self.p_value <= CONFIRM_P
+
+    def to_json(self) -> dict:
+        return {"arm": asdict(self.arm), "verdict": self.comparison.verdict, "why": self.comparison.why,
+                "cures": self.cures, "confirmed": self.confirmed, "p_value": self.p_value,
+                "stopped_seeds": self.stopped, "comparison": self.comparison.to_json()}
+
+
+@dataclass
+class Ranking:
+    outcomes: list[ArmOutcome]  # best first
+    verdict: AblationVerdict
+    why: str
+    control_counts: dict[str, int]  # finding -> control seeds showing it
+    control_runs: int
+
+    @property
+    def confirmed(self) -> list[ArmOutcome]:
+        return [o for o in self.outcomes if o.confirmed]
+
+    def to_json(self) -> dict:
+        return {"verdict": self.verdict, "why": self.why, "control_counts": self.control_counts,
+                "control_runs": self.control_runs, "arms": [o.to_json() for o in self.outcomes]}
+
+
+def none_on_arm_p(control_with: int, control_runs: int, arm_runs: int) -> float:
+    """Fisher's exact test, one-sided: the chance that an arm's runs show a finding on none
+    of `arm_runs` when it does nothing, given the control showed it on `control_with` of
+    `control_runs` (hypergeometric P(X = 0) = C(n - k, m) / C(n, m), n = all runs, k = those
+    with the finding, m = the arm's)."""
+    total = control_runs + arm_runs
+    if arm_runs > total - control_with:
+        return 0.0
+    return math.comb(total - control_with, arm_runs) / math.comb(total, arm_runs)
+
+
+def seeds_for_effect(effect: float, spread: float, alpha: float = CONFIRM_P, power: float = POWER) -> int:
+    """Seeds a side to tell a change of `effect` from seed noise of standard deviation
+    `spread` (two-sided test at `alpha`, with `power`), at least MIN_SEEDS, at most MAX_SEEDS."""
+    normal = statistics.NormalDist()
+    z = normal.inv_cdf(1 - alpha / 2) + normal.inv_cdf(power)
+    needed = 2 * (z * spread / effect) ** 2 if effect > 0 else math.inf
+    return int(min(MAX_SEEDS, max(MIN_SEEDS, math.ceil(needed)))) if math.isfinite(needed) else MAX_SEEDS
+
+
+def truth_metric(table: MetricTable) -> str:
+    return "reward/gold_mean" if table.get("reward/gold_mean") is not None else "reward/proxy_mean"
+
+
+def truth_fall(table: MetricTable) -> float:
+    """How far the run's truth ended below its best level: the largest moving mean (over a
+    window of the last quarter's length) minus the last quarter's mean; what a cure recovers."""
+    series = table.get(truth_metric(table))
+    if series is None or len(series) < 4:
+        return 0.0
+    values = list(series.values)
+    width = len(end_values(values))
+    best = max(statistics.fmean(values[i:i + width]) for i in range(len(values) - width + 1))
+    return max(0.0, best - statistics.fmean(values[-width:]))
+
+
+def within_run_spread(table: MetricTable, seed: int = 0, resamples: int = 500) -> float:
+    """The standard deviation of the last quarter's mean of the truth by a moving block
+    bootstrap of one run: the noise within the run, a lower bound for the seed spread."""
+    series = table.get(truth_metric(table))
+    if series is None or len(series) < 4:
+        return 0.0
+    rng = random.Random(seed)
+    ends = end_values(list(series.values))
+    return statistics.pstdev(block_means(ends, rng) for _ in range(resamples))
+
+
+def _serious_counts(diagnoses: list[Diagnosis]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for d in diagnoses:
+        for rule in {f.rule for f in d.findings if f.severity in ("high", "medium")}:
+            counts[rule] = counts.get(rule, 0) + 1
+    return counts
+
+
+def _sort_key(outcome: ArmOutcome) -> tuple:
+    truth = outcome.comparison.truth
+    change = truth.change if truth is not None else 0.0
+    return (not outcome.confirmed, VERDICT_ORDER[outcome.comparison.verdict], -change)
+
+
+def rank_arms(control: list[MetricTable], arms: list[tuple[Arm, list[MetricTable]]], seed: int = 0) -> Ranking:
+    """Each arm's runs against the control's, best first: confirmed cures, then by compare's
+    verdict, then by the truth's change; and the ablation's verdict."""
+    control_diagnoses = [diagnose(t) for t in control]
+    # The control's findings that reproduce: on most of its seeds (a finding on one seed in
+    # several is the rule's own noise, as compare counts new findings).
+    counts = {rule: n for rule, n in _serious_counts(control_diagnoses).items() if 2 * n > len(control)}
+    outcomes = []
+    for arm, tables in arms:
+        comparison = compare_tables(control, tables, seed=seed, reproducible=True)
+        # The arm did something when any finding it removed was reliably there: the smallest p.
+        p = min((none_on_arm_p(k, len(control), len(tables)) for k in counts.values()), default=None)
+        full = last_step(control[0]) if control else -1
+        stopped = [i for i, t in enumerate(tables) if last_step(t) < full]
+        outcomes.append(ArmOutcome(arm, comparison, comparison.verdict == "fixed", p, stopped))
+    outcomes.sort(key=_sort_key)
+    verdict, why = _verdict(outcomes, counts, len(control))
+    return Ranking(outcomes, verdict, why, counts, len(control))
+
+
+def describe(arm: Arm) -> str:
+    if arm.kind == "component":
+        return f"PPOComponents.{arm.component} swapped back to its default"
+    return ", ".join(arm.changes)
+
+
+def _verdict(outcomes: list[ArmOutcome], counts: dict[str, int], control_runs: int) -> tuple[AblationVerdict, str]:
+    if not counts:
+        return "cannot tell", (f"no finding of medium or high severity reproduces on most of the control's "
+                               f"{control_runs} seed(s): nothing to cure")
+    confirmed = [o for o in outcomes if o.confirmed]
+    settings = [o for o in confirmed if o.arm.kind != "component"]
+    components = [o for o in confirmed if o.arm.kind == "component"]
+    if settings:
+        names = "; ".join(describe(o.arm) for o in settings)
+        also = (f"; swapping a component back cures it too ({'; '.join(describe(o.arm) for o in components)})"
+                if components else "")
+        return "confirmed", f"confirmed cause: {settings[0].arm.component} ({names}) removes every finding{also}"
+    unconfirmed = [o for o in outcomes if o.cures and not o.confirmed and o.arm.kind != "component"]
+    if unconfirmed:
+        weakest = min(counts.values())
+        return "not confirmed", (f"{describe(unconfirmed[0].arm)} removes every finding, but the control shows one on "
+                                 f"only {weakest} of {control_runs} seeds (p = {unconfirmed[0].p_value:.2g} > "
+                                 f"{CONFIRM_P}): more seeds would tell")
+    if components:
+        return "no setting cures it", f"{describe(components[0].arm)} cures it: the bug is in that code"
+    return "no setting cures it", "no arm removed every finding on every seed: the cause is likely in code"
