@@ -19,6 +19,7 @@ import json
 import os
 import statistics
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -381,7 +382,7 @@ def ablate(run_dir: Path, top: int = 3, seeds: int | None = None, fixes: list[st
 
     config = run_config(source.root)
     display = ArmsDisplay(root, [CONTROL] + [a.name for a in plan.arms], plan.seeds, config.ppo.iterations)
-    with Live(display, console=console, refresh_per_second=1, transient=False) if show_progress else _Quiet():
+    with Live(display, console=console, refresh_per_second=1, transient=False) if show_progress else nullcontext():
         reuse = seed_done(root / CONTROL / f"seed{plan.seeds[0]}") is not None or reuse_run_as_control(
             source, RunDir(root / CONTROL / f"seed{plan.seeds[0]}"), plan.seeds[0])
         control_seeds = plan.seeds[1:] if reuse else plan.seeds
@@ -405,14 +406,6 @@ def ablate(run_dir: Path, top: int = 3, seeds: int | None = None, fixes: list[st
                           summary)
     write_report(source.root, run_table, run_diagnosis)  # its first screen now says what the ablation confirmed
     return result
-
-
-class _Quiet:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def ablation_json(result: AblationResult, source: RunDir) -> dict:
