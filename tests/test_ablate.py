@@ -242,3 +242,16 @@ def test_ablate_end_to_end_killed_mid_arm_and_resumed(tmp_path):
     page = (run / "ablate" / "report.html").read_text()
     assert "Verdict:" in page and page.index("Verdict:") < page.index("<img") < page.index("Arms, best first")
     assert "Ablation (2 seeds a side)" in (run / "report.html").read_text()
+
+
+def test_a_run_with_nothing_to_ablate_is_refused_before_anything_is_written(smoke_run):
+    from rlhflab.ablate import AblateError, plan_ablation
+
+    with pytest.raises(AblateError, match="nothing to ablate.*--fix"):
+        plan_ablation(smoke_run.root)
+    assert not smoke_run.ablate.exists()
+    plan = plan_ablation(smoke_run.root, fixes=["ppo.kl_coef=0.4,ppo.lr=0.0001"], seeds=2)
+    assert [a.changes for a in plan.arms] == [("ppo.kl_coef=0.4", "ppo.lr=0.0001")] and plan.seeds == [0, 1]
+    assert plan.warnings and "below" in plan.warnings[0]
+    with pytest.raises(ConfigError):
+        plan_ablation(smoke_run.root, fixes=["ppo.nope=1"])
