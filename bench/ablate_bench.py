@@ -1,7 +1,7 @@
 """`rlhflab ablate` scored on the fault zoo: does the experiment confirm the right cause?
 
     python bench/ablate_bench.py [--base runs/demo] [--out runs/ablate-bench] [--top 2] [--seeds 3]
-                                 [--jobs 2] [--only FAULT ...] [--doc docs/benchmarks.md]
+                                 [--jobs 1] [--only FAULT ...] [--doc docs/benchmarks.md] [--render]
 
 Each fault is run once on the base run's stages (demo size, from the stage its keys touch,
 as the faults bench does), then ablated: the doctor's top-K fixes, one arm per non-default
@@ -94,23 +94,26 @@ def render(rows: list[dict], null: dict | None, command: str) -> str:
     code = [r for r in rows if r["kind"] == "code"]
     k = sum(r["right"] for r in setting)
     low, high = wilson(k, len(setting))
+    missing = [f.name for f in FAULTS if f.name not in {r["fault"] for r in rows}]
     lines = [START, "## Ablation: the confirmed cause on the fault zoo", "",
              f"Command: `{command}`. Measured on a 2-core CPU, demo size, each fault on the demo run's stages 1-2.", "",
              f"- setting faults: the confirmed cause is right for {k}/{len(setting)} ({low:.2f}-{high:.2f}, Wilson 95%; "
              "target: at least 90%)",
              f"- code faults: 'no setting cures it' and the component's arm cures: {sum(r['right'] for r in code)}/"
              f"{len(code)}"]
+    if missing:
+        lines.append(f"- not measured yet: {', '.join(missing)}")
     if null:
         lo, hi = wilson(null["false_cures"], null["draws"])
         lines.append(f"- false cures: {null['false_cures']} of {null['draws']} ablations whose arm changes nothing "
                      f"({lo:.2f}-{hi:.2f}), resampled from {null['pool']} sick seeds of {null['fault']} "
                      f"({null['seeds']} a side; each seed used in {null['uses_min']}-{null['uses_max']} of them)")
-    lines += ["", "| fault | kind | component | doctor's first cause | ablation's verdict | said | right | arms |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| fault | kind | component | doctor's first cause | ablation's verdict | said | right | arms | seconds |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         arms = "; ".join(f"{name}: {v}" for name, v in r["arms"].items())
         lines.append(f"| {r['fault']} | {r['kind']} | {r['component']} | {r['doctor_first'] or '-'} | {r['verdict']} "
-                     f"| {r['said']} | {'yes' if r['right'] else 'no'} | {arms} |")
+                     f"| {r['said']} | {'yes' if r['right'] else 'no'} | {arms} | {r['seconds']} |")
     lines.append(END)
     return "\n".join(lines) + "\n"
 
@@ -126,13 +129,18 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=20)
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--doc", type=Path)
+    parser.add_argument("--render", action="store_true", help="Write the doc from the results so far; train nothing.")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
     done = {json.loads(line)["fault"]: json.loads(line) for line in results.read_text().splitlines()} \
         if results.is_file() else {}
     faults = sorted(FAULTS, key=lambda f: bool(f.code))  # setting faults first
-    for fault in faults:
+    null_path = args.out / "false_cures.json"
+    for fault in [] if args.render else faults:
+        if fault.code and not args.only and not null_path.is_file():  # the pool after the setting faults
+            pool_run = args.out / POOL_FAULT
+            null_path.write_text(json.dumps(false_cures(pool_run, args.pool, args.draws, args.seeds)) + "\n")
         if (args.only and fault.name not in args.only) or fault.name in done:
             continue
         start = time.perf_counter()
@@ -143,14 +151,11 @@ def main() -> None:
         with open(results, "a") as f:
             f.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
-    null_path = args.out / "false_cures.json"
-    if not args.only and not null_path.is_file():
-        pool_run = args.out / POOL_FAULT
-        null_path.write_text(json.dumps(false_cures(pool_run, args.pool, args.draws, args.seeds)) + "\n")
     null = json.loads(null_path.read_text()) if null_path.is_file() else None
     if args.doc:
         rows = [done[f.name] for f in faults if f.name in done]
-        command = "python " + " ".join(Path(a).name if a.endswith(".py") else a for a in sys.argv)
+        command = "python bench/" + " ".join(Path(a).name if a.endswith(".py") else a for a in sys.argv
+                                            if a != "--render")
         replace_section(args.doc, START, END, render(rows, null, command))
         print(render(rows, null, command))
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from rich.live import Live
 from rich.table import Table
 
+from rlhflab.checkpoint import count_lines
 from rlhflab.config import PipelineConfig, apply_overrides, config_from_run, parse_override, save_config
 from rlhflab.doctor.ablate_report import write_ablation_report
 from rlhflab.doctor.arms import (
@@ -304,9 +305,7 @@ class ArmsDisplay:
         metrics = out / "metrics" / "ppo.jsonl"
         if not metrics.is_file():
             return "waiting" if not out.is_dir() else "stages 1-2"
-        with open(metrics, "rb") as f:
-            lines = sum(1 for _ in f)
-        return f"{lines}/{self.iterations}"
+        return f"{count_lines(metrics)}/{self.iterations}"
 
     def __rich__(self) -> Table:
         table = Table(title="rlhflab ablate", title_justify="left")
@@ -428,8 +427,9 @@ def next_step(result: AblationResult, source: RunDir) -> str:
     ranking = result.ranking
     if ranking.verdict == "confirmed":
         best = ranking.confirmed[0].arm
-        return f"rlhflab pipeline --config {source.config} " + " ".join(best.changes) if best.kind != "component" else \
-            f"fix PPOComponents.{best.component} in code (the arm with the default cures the run)"
+        if best.kind == "component":
+            return f"fix PPOComponents.{best.component} in code (the arm with the default cures the run)"
+        return (f"rlhflab pipeline --config {source.config} --out {source.root}-fixed " + " ".join(best.changes))
     if ranking.verdict == "no setting cures it":
         checkup = source.root / "checkup.json"
         if checkup.is_file():

@@ -273,8 +273,7 @@ def ppo(
     if resume is None:
         config = _stage_config(out, preset, config_file, [*(overrides or []), *data], fault)
     config, cluster = _placed(config)
-    with _input_errors():
-        components = components_for(config)
+    components = components_for(config)  # checked when the config was loaded (_config: with_fault)
     config = record_components(config, components)
     if cluster.is_main:
         save_config(config, run.create().config)

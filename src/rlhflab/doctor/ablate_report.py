@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rlhflab.doctor.arms import Ranking, describe
 from rlhflab.doctor.findings import Diagnosis
-from rlhflab.doctor.report import STYLE, headline, headline_component, png, pyplot
+from rlhflab.doctor.report import STYLE, finish_panel, headline, headline_component, mark_onset, pyplot
 from rlhflab.doctor.table import MetricTable
 
 ARM_PANELS = (("gold reward (the truth)", "reward/gold_mean"), ("proxy reward", "reward/proxy_mean"),
@@ -45,20 +45,16 @@ def arm_panels(control: list[MetricTable], arms: dict[str, list[MetricTable]], o
         fig, ax = plt.subplots(figsize=(5.2, 2.8))
         steps, values = _mean_curve(control, metric)
         ax.plot(steps, values, color="black", linewidth=1.8, label=f"control ({len(control)} seeds)")
+        highest = max(values, default=0.0)
         for name, tables in arms.items():
             steps, values = _mean_curve(tables, metric)
             ax.plot(steps, values, linewidth=1.1, label=labels.get(name, name))
+            highest = max([highest, *values])
         for rule, step in onsets.items():
-            ax.axvline(step, color="crimson", linestyle=":", linewidth=1.0)
-            ax.text(step, ax.get_ylim()[1], f" {rule}", color="crimson", fontsize=6, va="top", rotation=90)
-        if metric == "kl/mean" and max(values or [0]) > 50:
+            mark_onset(ax, step, rule)
+        if metric == "kl/mean" and highest > 50:
             ax.set_yscale("symlog")
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("PPO iteration", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=6, loc="best")
-        images.append((title, png(fig)))
-        plt.close(fig)
+        images.append((title, finish_panel(plt, fig, ax, title)))
     return images
 
 

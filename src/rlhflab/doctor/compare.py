@@ -186,7 +186,7 @@ def finding_changes(before: list[Diagnosis], after: list[Diagnosis], before_tabl
         b_rules = {rule: sev for rule, sev in b_rules.items() if 2 * sum(rule in _serious(d) for d in before) > len(before)}
     after_serious = [_serious(d) for d in after]
     full_length = min((last_step(t) for t in before_tables), default=-1)
-    complete = [last_step(t) >= full_length for t in after_tables] if after_tables else [True] * len(after)
+    complete = [last_step(t) >= full_length for t in after_tables]
     changes = []
     for rule, severity in sorted(b_rules.items()):
         on = [s[rule] for s in after_serious if rule in s]

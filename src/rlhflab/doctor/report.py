@@ -73,18 +73,28 @@ def plot_panels(table: MetricTable, diagnosis: Diagnosis,
                 ax.plot(c.steps, c.values, "--", color=line.get_color(), linewidth=1.0, label=f"{metric} (after fix)")
         for finding in diagnosis.findings:
             if any(e.metric in metrics for e in finding.evidence):
-                ax.axvline(finding.onset_step, color="crimson", linestyle=":", linewidth=1.2)
-                ax.text(finding.onset_step, ax.get_ylim()[1], f" {finding.rule}", color="crimson", fontsize=7,
-                        va="top", rotation=90)
+                mark_onset(ax, finding.onset_step, finding.rule)
         if title == "KL to the reference" and max(table.get("kl/mean").values, default=0) > 50:
             ax.set_yscale("symlog")
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("PPO iteration", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=6, loc="best")
-        images.append((title, png(fig)))
-        plt.close(fig)
+        images.append((title, finish_panel(plt, fig, ax, title)))
     return images
+
+
+def mark_onset(ax, step: int, rule: str) -> None:
+    """A finding's onset: a dotted line with the rule's name."""
+    ax.axvline(step, color="crimson", linestyle=":", linewidth=1.2)
+    ax.text(step, ax.get_ylim()[1], f" {rule}", color="crimson", fontsize=7, va="top", rotation=90)
+
+
+def finish_panel(plt, fig, ax, title: str) -> str:
+    """A panel's title, axis and legend, as a base64 PNG; the figure is closed."""
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("PPO iteration", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6, loc="best")
+    image = png(fig)
+    plt.close(fig)
+    return image
 
 
 def _plot_rated(ax, truth: RatedTruth) -> None:
