@@ -628,6 +628,16 @@ def the_clip_range_is_off():
     return Trace(table_of(records), "clip_never_clips", 0, tolerance=0)
 
 
+def test_a_silent_clip_with_a_clip_range_that_never_clips_proposes_the_usual_range():
+    records = modify(healthy_records(29), 0, policy__clipfrac=lambda k, old: 0.0,
+                     policy__approxkl=lambda k, old: 0.02 + 0.001 * (k % 3))
+    settings = {**DEMO, "clip_eps": 1000.0, "value_clip_eps": 1000.0}
+    finding = next(f for f in diagnose(table_of(records, **settings)).findings if f.rule == "clip_never_clips")
+    assert [(c.setting, c.value) for c in finding.fix.changes] == [("clip_eps", 0.2), ("value_clip_eps", 0.2)]
+    # without the settings, the rule's own ranking: the step size first
+    plain = next(f for f in diagnose(table_of(records)).findings if f.rule == "clip_never_clips")
+    assert plain.fix.changes[0].setting == "lr"
+
 # --- log identities: each with a firing trace, and healthy traces that keep their accounts -----
 @firing_trace("kl_penalty_mismatch")
 def penalty_a_sequence_length_times_the_kl():

@@ -159,11 +159,17 @@ def choose_seeds(table: MetricTable, requested: int | None) -> tuple[int, str, l
         spread_text = f"the spread within the run, {spread:.3g} (a lower bound for the seed spread: none is measured)"
     fall = truth_fall(table)
     truth = "gold" if gold else "proxy"
-    needed = seeds_for_effect(fall, spread)
-    why = (f"{needed} seeds a side: the findings' test needs at least {MIN_SEEDS} (p = 0.05 when the control shows a "
-           f"finding on all 3 and an arm on none), and telling a cure of the run's size (its {truth} fell {fall:.3g} "
-           f"from its best level) from {spread_text} with power 0.8 needs {needed}" + (
-               f" (at most {MAX_SEEDS})" if needed == MAX_SEEDS else ""))
+    findings_test = (f"the findings' test needs at least {MIN_SEEDS} (p = 0.05 when the control shows a finding on all "
+                     f"3 and an arm on none)")
+    if fall <= spread:  # nothing to recover that seeds could resolve: the findings decide
+        needed = MIN_SEEDS
+        why = (f"{needed} seeds a side: {findings_test}; the run's {truth} did not fall beyond {spread_text} "
+               f"(it fell {fall:.3g} from its best level), so a cure is judged by its findings")
+    else:
+        needed = seeds_for_effect(fall, spread)
+        why = (f"{needed} seeds a side: {findings_test}, and telling a cure of the run's size (its {truth} fell "
+               f"{fall:.3g} from its best level) from {spread_text} with power 0.8 needs {needed}"
+               + (f" (at most {MAX_SEEDS})" if needed == MAX_SEEDS else ""))
     warnings = []
     if requested is None:
         return needed, why, warnings

@@ -270,7 +270,8 @@ CLIP_MOVING_APPROXKL = Threshold(
 
 
 @rule("clip_never_clips", "ppo_instability", requires=("policy/clipfrac", "policy/approxkl"),
-      thresholds=(CLIP_SILENT_SHARE, CLIP_MOVING_APPROXKL), causes=(causes.step_size, causes.logprob_bookkeeping))
+      thresholds=(CLIP_SILENT_SHARE, CLIP_MOVING_APPROXKL), causes=(causes.step_size, causes.logprob_bookkeeping),
+      clues=(causes.CLIP_NEVER_CLIPS,))
 def clip_never_clips(table: MetricTable) -> Detection | None:
     """Updates that move the policy while not one token is ever clipped: the clip range is off."""
     clipfrac, approxkl = table.get("policy/clipfrac"), table.get("policy/approxkl")
