@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from benchlib import replace_section, wilson
-from rlhflab.ablate import SeedTask, ablate, run_seed
+from rlhflab.ablate import AblateError, SeedTask, ablate, run_seed
 from rlhflab.config import config_from_run
 from rlhflab.doctor.arms import Arm, rank_arms
 from rlhflab.doctor.diagnose import read_and_diagnose
@@ -145,8 +145,15 @@ def main() -> None:
             continue
         start = time.perf_counter()
         run = sick_run(args.base, args.out / fault.name, fault)
-        result = ablate(run, args.top, args.seeds, jobs=args.jobs, resume=True, show_progress=False)
-        row = {**score(fault, result, run), "seconds": round(time.perf_counter() - start)}
+        try:
+            result = ablate(run, args.top, args.seeds, jobs=args.jobs, resume=True, show_progress=False)
+            row = score(fault, result, run)
+        except AblateError as err:  # no finding with a setting to change: counted, not right
+            row = {"fault": fault.name, "kind": "code" if fault.code else "setting", "component": fault.component,
+                   "verdict": "nothing to ablate", "said": str(err).split(": ", 1)[1], "right": False,
+                   "doctor_first": headline_component(read_and_diagnose(run)[1]), "arms": {}, "control_counts": {},
+                   "seeds": []}
+        row["seconds"] = round(time.perf_counter() - start)
         done[fault.name] = row
         with open(results, "a") as f:
             f.write(json.dumps(row) + "\n")

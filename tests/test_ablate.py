@@ -255,3 +255,15 @@ def test_a_run_with_nothing_to_ablate_is_refused_before_anything_is_written(smok
     assert plan.warnings and "below" in plan.warnings[0]
     with pytest.raises(ConfigError):
         plan_ablation(smoke_run.root, fixes=["ppo.nope=1"])
+
+
+def test_without_a_finding_a_cure_is_the_truth_risen_beyond_its_interval(tmp_path):
+    control = [log(tmp_path, f"c{s}", s, gold_end=0.2) for s in range(3)]
+    better = [log(tmp_path, f"a{s}", 10 + s, gold_end=0.5) for s in range(3)]
+    same = [log(tmp_path, f"b{s}", 20 + s, gold_end=0.2) for s in range(3)]
+    ranking = rank_arms(control, [(Arm("same", "setting", ("ppo.lr=1",), "ppo_hyperparameters"), same),
+                                  (Arm("gae", "component", ("components.gae=default",), "gae"), better)])
+    assert ranking.control_counts == {} and ranking.outcomes[0].arm.name == "gae"
+    assert ranking.outcomes[0].confirmed and ranking.outcomes[0].comparison.truth.low > 0
+    assert not ranking.outcomes[1].confirmed
+    assert ranking.verdict == "no setting cures it" and "PPOComponents.gae" in ranking.why

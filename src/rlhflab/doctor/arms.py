@@ -4,7 +4,9 @@ cause, or says that no setting cures the run.
 
 An arm cures when every medium/high finding of the control is gone on all its seeds (each
 run to the control's full length) and the truth did not fall beyond its noise: compare's
-verdict "fixed", counting the control's findings that reproduce (on most of its seeds). A
+verdict "fixed", counting the control's findings that reproduce (on most of its seeds).
+Where none reproduces, compare's "fixed" is the truth risen beyond its 95% interval (the
+seeds of both sides resampled), and that interval confirms it. A
 cure is confirmed when the control shows a finding on enough of its seeds that an arm
 showing it on none is unlikely by chance, were the arm to do nothing: Fisher's exact test,
 one-sided (Fisher 1935), p <= 0.05 for at least one finding, which with 3 seeds a side
@@ -57,7 +59,9 @@ class ArmOutcome:
 
     @property
     def confirmed(self) -> bool:
-        return self.cures and self.p_value is not None and self.p_value <= CONFIRM_P
+        """A cure, with the findings' test passed; with no finding to test (p None), the cure
+        is compare's "the truth rose" beyond its 95% interval over both sides' seeds."""
+        return self.cures and (self.p_value is None or self.p_value <= CONFIRM_P)
 
     def to_json(self) -> dict:
         return {"arm": asdict(self.arm), "verdict": self.comparison.verdict, "why": self.comparison.why,
@@ -170,9 +174,6 @@ def describe(arm: Arm) -> str:
 
 
 def _verdict(outcomes: list[ArmOutcome], counts: dict[str, int], control_runs: int) -> tuple[AblationVerdict, str]:
-    if not counts:
-        return "cannot tell", (f"no finding of medium or high severity reproduces on most of the control's "
-                               f"{control_runs} seed(s): nothing to cure")
     confirmed = [o for o in outcomes if o.confirmed]
     settings = [o for o in confirmed if o.arm.kind != "component"]
     components = [o for o in confirmed if o.arm.kind == "component"]
@@ -180,7 +181,8 @@ def _verdict(outcomes: list[ArmOutcome], counts: dict[str, int], control_runs: i
         names = "; ".join(describe(o.arm) for o in settings)
         also = (f"; swapping a component back cures it too ({'; '.join(describe(o.arm) for o in components)})"
                 if components else "")
-        return "confirmed", f"confirmed cause: {settings[0].arm.component} ({names}) removes every finding{also}"
+        how = "removes every finding" if counts else "raises the truth beyond its interval (no finding to remove)"
+        return "confirmed", f"confirmed cause: {settings[0].arm.component} ({names}) {how}{also}"
     unconfirmed = [o for o in outcomes if o.cures and not o.confirmed and o.arm.kind != "component"]
     if unconfirmed:
         weakest = min(counts.values())
@@ -189,4 +191,7 @@ def _verdict(outcomes: list[ArmOutcome], counts: dict[str, int], control_runs: i
                                  f"{CONFIRM_P}): more seeds would tell")
     if components:
         return "no setting cures it", f"{describe(components[0].arm)} cures it: the bug is in that code"
+    if not counts:
+        return "cannot tell", (f"no finding of medium or high severity reproduces on most of the control's "
+                               f"{control_runs} seed(s), and no arm raised the truth beyond its interval")
     return "no setting cures it", "no arm removed every finding on every seed: the cause is likely in code"
