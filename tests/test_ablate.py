@@ -267,3 +267,17 @@ def test_without_a_finding_a_cure_is_the_truth_risen_beyond_its_interval(tmp_pat
     assert ranking.outcomes[0].confirmed and ranking.outcomes[0].comparison.truth.low > 0
     assert not ranking.outcomes[1].confirmed
     assert ranking.verdict == "no setting cures it" and "PPOComponents.gae" in ranking.why
+
+
+def test_a_cure_whose_truth_stays_below_a_better_cure_only_masks_the_cause(tmp_path):
+    # As a smaller learning rate over a logprob bug: the symptoms go, the policy barely learns.
+    control = [log(tmp_path, f"c{s}", s, runaway_from=20, gold_end=0.2) for s in range(3)]
+    held_back = [log(tmp_path, f"a{s}", 10 + s, gold_end=0.2) for s in range(3)]
+    real = [log(tmp_path, f"k{s}", 20 + s, gold_end=0.5) for s in range(3)]
+    ranking = rank_arms(control, [(Arm("lr", "setting", ("ppo.lr=1e-5",), "ppo_hyperparameters"), held_back),
+                                  (Arm("logits", "component", ("components.response_logits=default",),
+                                       "response_logits"), real)])
+    by_name = {o.arm.name: o for o in ranking.outcomes}
+    assert by_name["lr"].cures and by_name["lr"].masked_by == "logits" and not by_name["lr"].confirmed
+    assert by_name["logits"].confirmed and ranking.outcomes[0].arm.name == "logits"
+    assert ranking.verdict == "no setting cures it" and "response_logits" in ranking.why

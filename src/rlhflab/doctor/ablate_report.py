@@ -82,6 +82,7 @@ def _arms_table(ranking: Ranking) -> str:
         truth = (f"{c.truth.change:+.3g} [{c.truth.low:+.3g}, {c.truth.high:+.3g}]" if c.truth is not None else "-")
         findings = ", ".join(f"{f.rule}: {f.status}" for f in c.findings)
         stopped = f" (seeds {', '.join(map(str, o.stopped))} stopped early)" if o.stopped else ""
+        stopped += f" (a mask: {o.masked_by} reaches a higher truth)" if o.masked_by else ""
         p = "-" if o.p_value is None else f"{o.p_value:.2g}"
         rows.append(f"<tr><td>{html.escape(describe(o.arm))}</td><td>{o.arm.kind}</td>"
                     f"<td>{html.escape(o.arm.component)}</td><td><b>{c.verdict}</b>{' (confirmed)' if o.confirmed else ''}"

@@ -24,7 +24,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from rlhflab.doctor.compare import Comparison, block_means, compare_tables, end_values, last_step
+from rlhflab.doctor.compare import Comparison, block_means, compare_tables, end_values, last_step, truth_change
 from rlhflab.doctor.diagnose import diagnose
 from rlhflab.doctor.findings import Diagnosis
 from rlhflab.doctor.table import MetricTable
@@ -56,17 +56,19 @@ class ArmOutcome:
     cures: bool  # compare's verdict "fixed"
     p_value: float | None  # the findings' test (smallest over the control's findings); None without findings
     stopped: list[int] = field(default_factory=list)  # seeds stopped early, the finding already there
+    masked_by: str = ""  # a better cure whose truth is higher beyond noise: this arm only hides the symptoms
 
     @property
     def confirmed(self) -> bool:
         """A cure, with the findings' test passed; with no finding to test (p None), the cure
-        is compare's "the truth rose" beyond its 95% interval over both sides' seeds."""
-        return self.cures and (self.p_value is None or self.p_value <= CONFIRM_P)
+        is compare's "the truth rose" beyond its 95% interval over both sides' seeds. Not a
+        cure that another cure beats on the truth beyond noise (`masked_by`)."""
+        return self.cures and not self.masked_by and (self.p_value is None or self.p_value <= CONFIRM_P)
 
     def to_json(self) -> dict:
         return {"arm": asdict(self.arm), "verdict": self.comparison.verdict, "why": self.comparison.why,
                 "cures": self.cures, "confirmed": self.confirmed, "p_value": self.p_value,
-                "stopped_seeds": self.stopped, "comparison": self.comparison.to_json()}
+                "masked_by": self.masked_by, "stopped_seeds": self.stopped, "comparison": self.comparison.to_json()}
 
 
 @dataclass
@@ -162,9 +164,28 @@ def rank_arms(control: list[MetricTable], arms: list[tuple[Arm, list[MetricTable
         full = last_step(control[0]) if control else -1
         stopped = [i for i, t in enumerate(tables) if last_step(t) < full]
         outcomes.append(ArmOutcome(arm, comparison, comparison.verdict == "fixed", p, stopped))
+    _mark_masks(outcomes, dict(((a.name, t) for a, t in arms)), seed)
     outcomes.sort(key=_sort_key)
     verdict, why = _verdict(outcomes, counts, len(control))
     return Ranking(outcomes, verdict, why, counts, len(control))
+
+
+def _mark_masks(outcomes: list[ArmOutcome], tables: dict[str, list[MetricTable]], seed: int) -> None:
+    """A cure removes the symptoms without lowering the truth; one that removes them by
+    holding the policy back (a smaller learning rate over a bug) leaves the truth below what
+    the real cure reaches. Each cure is held to the cure with the highest truth: beyond
+    that one's interval below it (compare's truth change, seeds of both resampled), it
+    masks the cause rather than removing it."""
+    cures = [o for o in outcomes if o.cures and o.comparison.truth is not None]
+    if len(cures) < 2:
+        return
+    best = max(cures, key=lambda o: o.comparison.truth.change)
+    for other in cures:
+        if other is best:
+            continue
+        gap = truth_change(tables[best.arm.name], tables[other.arm.name], seed)
+        if gap is not None and gap.significant and gap.change < 0:
+            other.masked_by = best.arm.name
 
 
 def describe(arm: Arm) -> str:
@@ -183,15 +204,18 @@ def _verdict(outcomes: list[ArmOutcome], counts: dict[str, int], control_runs: i
                 if components else "")
         how = "removes every finding" if counts else "raises the truth beyond its interval (no finding to remove)"
         return "confirmed", f"confirmed cause: {settings[0].arm.component} ({names}) {how}{also}"
-    unconfirmed = [o for o in outcomes if o.cures and not o.confirmed and o.arm.kind != "component"]
+    unconfirmed = [o for o in outcomes if o.cures and not o.confirmed and not o.masked_by and o.arm.kind != "component"]
+    masks = [o for o in outcomes if o.masked_by and o.arm.kind != "component"]
+    masked = (f" ({'; '.join(describe(o.arm) for o in masks)} removed the findings but kept the truth below it "
+              "beyond noise: a mask, not a cure)") if masks else ""
     if unconfirmed:
         weakest = min(counts.values())
         return "not confirmed", (f"{describe(unconfirmed[0].arm)} removes every finding, but the control shows one on "
                                  f"only {weakest} of {control_runs} seeds (p = {unconfirmed[0].p_value:.2g} > "
                                  f"{CONFIRM_P}): more seeds would tell")
     if components:
-        return "no setting cures it", f"{describe(components[0].arm)} cures it: the bug is in that code"
+        return "no setting cures it", f"{describe(components[0].arm)} cures it: the bug is in that code{masked}"
     if not counts:
         return "cannot tell", (f"no finding of medium or high severity reproduces on most of the control's "
                                f"{control_runs} seed(s), and no arm raised the truth beyond its interval")
-    return "no setting cures it", "no arm removed every finding on every seed: the cause is likely in code"
+    return "no setting cures it", f"no arm removed every finding on every seed: the cause is likely in code{masked}"
