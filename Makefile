@@ -75,6 +75,7 @@ bench: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/rating_server.py --raters 20 --ratings 2000 --doc docs/benchmarks.md
 	$(PY) bench/rating_bots.py --fit runs/bench/demo-seed0 --check runs/bench/demo-seed1 runs/bench/demo-seed2 \
 		--doc docs/benchmarks.md
+	$(PY) bench/rm_learning_curve.py --base runs/bench/demo-seed0 --doc docs/benchmarks.md
 	$(PY) bench/ablate_bench.py --base runs/bench/demo-seed0 --out runs/ablate-bench --top 2 --seeds 3 \
 		--doc docs/benchmarks.md
 	$(PY) bench/rated_truth.py --hacked runs/bench/demo-seed0-kl0 \

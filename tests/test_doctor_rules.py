@@ -638,6 +638,36 @@ def test_a_silent_clip_with_a_clip_range_that_never_clips_proposes_the_usual_ran
     plain = next(f for f in diagnose(table_of(records)).findings if f.rule == "clip_never_clips")
     assert plain.fix.changes[0].setting == "lr"
 
+@firing_trace("entropy_minimised")
+def a_negative_entropy_coefficient_with_entropy_falling():
+    # The healthy trace's entropy falls 0.0076 nats a step under noise 0.03: with w = 5 its
+    # smoothed level leaves the start's 3-sigma band (0.04) within the first dozen steps.
+    return Trace(table_of(healthy_records(30), **DEMO | {"entropy_coef": -0.05}), "entropy_minimised", 8)
+
+
+def test_entropy_minimised_needs_the_negative_coefficient_and_a_fall_beyond_noise():
+    falling = healthy_records(30)
+    assert "entropy_minimised" not in fired(table_of(falling, **DEMO))  # coefficient 0: a healthy fall
+    for seed in range(31, 41):  # a flat, noisy entropy: its windows differ by chance only
+        noise = random.Random(seed)
+        flat = modify(healthy_records(seed), 0, policy__entropy=lambda k, old, noise=noise: 2.0 + noise.gauss(0, 0.05))
+        assert "entropy_minimised" not in fired(table_of(flat, **DEMO | {"entropy_coef": -0.05})), seed
+    finding = next(f for f in diagnose(table_of(falling, **DEMO | {"entropy_coef": -0.05})).findings
+                   if f.rule == "entropy_minimised")
+    assert finding.severity == "medium"
+    assert finding.fix.changes == (Change("entropy_coef", "set", 0.0),)
+
+
+def test_more_pairs_is_at_least_the_smallest_published_reward_model_set():
+    from rlhflab.doctor.causes import RM_PAIRS_FLOOR
+
+    weak = [{"step": 199, "rm/train_acc": 1.0, "rm/val_acc": 0.55, "rm/gold_agreement": 0.53}]
+    for pairs, expected in ((120, RM_PAIRS_FLOOR), (24000, 48000)):
+        finding = next(f for f in diagnose(table_of(healthy_records(32), rm=weak, **DEMO | {"reward_pairs": pairs}))
+                       .findings if f.rule == "rm_weak")
+        assert finding.fix.changes == (Change("reward_pairs", "set", expected), Change("reward_epochs", "set", 2))
+
+
 # --- log identities: each with a firing trace, and healthy traces that keep their accounts -----
 @firing_trace("kl_penalty_mismatch")
 def penalty_a_sequence_length_times_the_kl():

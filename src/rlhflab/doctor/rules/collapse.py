@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import statistics
+
 from rlhflab.doctor import causes
 from rlhflab.doctor.rules.registry import (
     GOLD_HELD,
@@ -16,7 +19,7 @@ from rlhflab.doctor.rules.registry import (
 from rlhflab.doctor.rules.responses import REPEATED_PROMPTS
 from rlhflab.doctor.rules.update import LARGE_FIRST_UPDATE, LARGE_UPDATES
 from rlhflab.doctor.sample_measures import samples_at
-from rlhflab.doctor.signals import baseline, first_where, smooth, window
+from rlhflab.doctor.signals import baseline, first_where, noise_sigma, resolution, smooth, window
 from rlhflab.doctor.table import MetricTable
 
 ENTROPY_FRACTION = Threshold(
@@ -50,6 +53,46 @@ def entropy_collapse(table: MetricTable) -> Detection | None:
                      f"smoothed entropy < {fraction} x its starting level {start:.3f}", ENTROPY_FRACTION.source,
                      "high", any_unit=True)
     return unless_gold_rises(table, found, "a sharpening policy, not a collapse")
+
+
+ENTROPY_FALL_SIGMAS = Threshold(
+    "ENTROPY_FALL_SIGMAS", 3.0,
+    "sigmas of the gap between two w-point means of the entropy (its step-to-step noise x sqrt(2 / w): the start is "
+    "a mean too) plus the log's rounding, below its start for half a window in a row: a fall that is not chance "
+    "(about 16 windows a run, so under 2% by chance at 3 sigma before persistence). On the zoo's "
+    "entropy_bonus_negative (demo, 3 seeds) the entropy fell 0.24-0.38 nats/token, the healthy seeds' 0.12-0.24; "
+    "the rule needs the negative coefficient, so a healthy run's fall is never judged by it")
+
+
+@rule("entropy_minimised", "mode_collapse", requires=("policy/entropy",), thresholds=(ENTROPY_FALL_SIGMAS,),
+      causes=(causes.entropy_term,), clues=(causes.NEGATIVE_ENTROPY_COEF,), relative=("policy/entropy",))
+def entropy_minimised(table: MetricTable) -> Detection | None:
+    """A negative entropy coefficient and an entropy that fell beyond its noise: the loss
+    minimises entropy (Schulman et al. 2017 eq. 9 adds +c2 x entropy to the objective) and
+    nothing in it resists the fall. Medium even while the held-out score holds: the pull
+    grows with the learning rate and the run's length and ends in entropy_collapse, so the
+    sign is a bug before it does harm."""
+    coef = table.settings.entropy_coef
+    if coef is None or coef >= 0:
+        return None
+    ent = table.get("policy/entropy", any_unit=True)
+    n = len(ent)
+    w = window(n)
+    if n < 2 * w:
+        return None
+    start = baseline(ent.values, w)
+    tolerance = ENTROPY_FALL_SIGMAS.value * noise_sigma(ent.values) * math.sqrt(2 / w) + resolution(ent.values)
+    onset = first_where(smooth(ent.values, w), lambda v: v < start - tolerance, persistence(n))
+    if onset is None:
+        return None
+    end = statistics.fmean(ent.values[-w:])
+    return Detection(
+        f"entropy minimised: the entropy coefficient is {coef:g}, and policy/entropy fell from {start:.3g} to "
+        f"{end:.3g}", "medium", ent.steps[onset],
+        (evidence("policy/entropy", ent, onset, f"smoothed entropy < its start {start:.3g} - "
+                  f"{ENTROPY_FALL_SIGMAS.value:g} sigma of its noise ({tolerance:.3g}), with a negative entropy "
+                  "coefficient", ENTROPY_FALL_SIGMAS.source, entropy_coef=coef),),
+    )
 
 
 @rule("diversity_collapse", "mode_collapse", requires=("response/distinct_2",),
