@@ -107,3 +107,39 @@ def test_the_command_line_splits_the_sides_at_the_double_dash_and_exits_with_the
         with pytest.raises(SystemExit) as done:
             main(bad)
         assert done.value.code == 2
+
+
+def test_several_arms_are_each_compared_with_before_and_ranked(tmp_path, capsys):
+    before = [str(run_log(tmp_path, f"b{s}", s, runaway=True, gold_end=0.2)) for s in range(3)]
+    cure = [str(run_log(tmp_path, f"cure{s}", 10 + s)) for s in range(3)]
+    nothing = [str(run_log(tmp_path, f"same{s}", 20 + s, runaway=True, gold_end=0.2)) for s in range(3)]
+    with pytest.raises(SystemExit) as done:
+        main(["compare", *before, "--", *nothing, "--", *cure, "--json"])
+    assert done.value.code == 0  # a confirmed cure
+    out = json.loads(capsys.readouterr().out)
+    assert [a["arm"]["name"] for a in out["arms"]] == ["cure0", "same0"]  # best first, named by their first run
+    assert out["arms_given"] == {"same0": nothing, "cure0": cure}
+    best, other = out["arms"]
+    assert best["confirmed"] and best["verdict"] == "fixed"
+    assert best["p_value"] == pytest.approx(1 / 20)  # kl_explosion on 3 of 3 before, 0 of 3 on the arm
+    assert other["verdict"] != "fixed" and not other["cures"] and not other["confirmed"]  # the same process
+    assert out["verdict"] == "confirmed" and "cure0" in out["why"]
+    # the same arms in the two-sided form: the first `--` only, as before
+    with pytest.raises(SystemExit) as done:
+        main(["compare", *before, "--", *cure, "--json"])
+    assert done.value.code == 0 and json.loads(capsys.readouterr().out)["verdict"] == "fixed"
+
+
+def test_an_arm_that_cures_nothing_says_no_arm_cures_it_and_an_empty_arm_is_refused(tmp_path, capsys):
+    before = [str(run_log(tmp_path, f"b{s}", s, runaway=True, gold_end=0.2)) for s in range(3)]
+    arms = [[str(run_log(tmp_path, f"a{k}s{s}", 10 * k + s, runaway=True, gold_end=0.2)) for s in range(3)]
+            for k in (1, 2)]
+    html = tmp_path / "arms.html"
+    with pytest.raises(SystemExit) as done:
+        main(["compare", *before, "--", *arms[0], "--", *arms[1], "--html", str(html), "--json"])
+    assert done.value.code == 1
+    assert json.loads(capsys.readouterr().out)["verdict"] == "no setting cures it"
+    assert "<h2>Verdict: no setting cures it</h2>" in html.read_text()
+    with pytest.raises(SystemExit) as done:
+        main(["compare", *before, "--", *arms[0], "--", "--", *arms[1]])
+    assert done.value.code == 2

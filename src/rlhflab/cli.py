@@ -586,22 +586,23 @@ def ablate(
     else:
         print_ablation(summary)
     console.print(f"report: {result.root / 'report.html'}")
-    raise typer.Exit(0 if result.ranking.verdict == "confirmed" else 1 if result.ranking.verdict ==
-                     "no setting cures it" else 3)
+    raise typer.Exit(RANKING_EXIT[result.ranking.verdict])
 
 
-def print_ablation(summary: dict) -> None:
+def print_ablation(summary: dict, what: str = "ablation of") -> None:
     from rich.table import Table
 
-    table = Table(title=f"ablation of {summary['run']} ({len(summary['plan']['seeds'])} seeds a side), best first")
+    table = Table(title=f"{what} {summary['run']} ({len(summary['plan']['seeds'])} seeds a side), best first")
     for column in ("arm", "against the control", "findings", "truth's change (95%)"):
         table.add_column(column)
     for a in summary["arms"]:
         truth = a["comparison"]["truth"]
         change = f"{truth['change']:+.3g} [{truth['low']:+.3g}, {truth['high']:+.3g}]" if truth else "-"
         findings = ", ".join(f"{f['rule']}: {f['status']}" for f in a["comparison"]["findings"])
-        table.add_row(", ".join(a["arm"]["changes"]), a["verdict"] + (" (confirmed)" if a["confirmed"] else ""),
-                      findings, change)
+        label = ", ".join(a["arm"]["changes"])
+        if a["arm"]["kind"] == "observed":  # runs given to compare: named, with the settings their logs show
+            label = a["arm"]["name"] + (f" ({label})" if label else "")
+        table.add_row(escape(label), a["verdict"] + (" (confirmed)" if a["confirmed"] else ""), findings, change)
     console.print(table)
     console.print(f"[bold]verdict: {summary['verdict']}[/bold]: {summary['why']}")
     console.print(f"next: {summary['next']}")
@@ -751,7 +752,8 @@ AFTER_MARK = "::after::"
 @app.command()
 def compare(
     runs: list[str] = typer.Argument(..., help="BEFORE... -- AFTER...: run directories or logs of any format the "
-                                     "doctor reads, before the fix, then after it"),
+                                     "doctor reads, before the fix, then after it; BEFORE... -- ARM1... -- ARM2...: "
+                                     "several arms, each against BEFORE, ranked"),
     json_output: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     html_path: Optional[Path] = typer.Option(None, "--html", help="Write both sides' curves, overlaid, with the "
                                              "findings marked, to this file."),
@@ -762,31 +764,33 @@ def compare(
 ) -> None:
     """Compare runs before and after a fix, in their noise: each finding of the before side gone, weaker or
     still there; new findings; the change of the truth (gold or held-out score, else the proxy, said) with
-    its interval; the settings that differ; a verdict.
+    its interval; the settings that differ; a verdict. With several `--` groups, each group is one arm (its
+    runs are its seeds), compared with BEFORE the same way and ranked as `rlhflab ablate` ranks its arms.
 
-    Exit code: 0 fixed; 1 not fixed or worse; 3 partly fixed or cannot tell; 2 bad input."""
+    Exit code: 0 fixed (several arms: a confirmed cure); 1 not fixed or worse (several arms: no arm cures
+    it); 3 partly fixed or cannot tell (several arms: not confirmed, cannot tell); 2 bad input."""
     import json
 
     from rlhflab.doctor.compare import compare_tables
     from rlhflab.doctor.formats import LogFormatError, read_log
     from rlhflab.doctor.formats.mapping import parse_map_options
 
-    if AFTER_MARK not in runs or runs.index(AFTER_MARK) == 0 or runs[-1] == AFTER_MARK:
+    groups = split_at_marks(runs)
+    if len(groups) < 2 or not all(groups):
         console.print("[red]error:[/red] give the runs before the fix, then --, then the runs after it: "
-                      "rlhflab compare BEFORE... -- AFTER...")
+                      "rlhflab compare BEFORE... -- AFTER... (or BEFORE... -- ARM1... -- ARM2... for several arms)")
         raise typer.Exit(2)
-    split = runs.index(AFTER_MARK)
     try:
         user_map = parse_map_options(mapping or [])
-        before = [read_log(Path(r), user_map) for r in runs[:split]]
-        after = [read_log(Path(r), user_map) for r in runs[split + 1:] if r != AFTER_MARK]
+        tables = [[read_log(Path(r), user_map) for r in group] for group in groups]
     except (LogFormatError, ValueError) as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
-    change = None
-    if truth is not None:
-        change = _study_truth_change(truth, runs[:split], [r for r in runs[split + 1:] if r != AFTER_MARK],
-                                     before, after)
+    if len(groups) > 2:
+        _compare_arms(groups, tables, truth, json_output, html_path)
+        return
+    before, after = tables
+    change = _study_truth_change(truth, groups[0], groups[1], before, after) if truth is not None else None
     result = compare_tables(before, after, truth=change)
     if html_path is not None:
         from rlhflab.doctor.compare_report import write_compare_report
@@ -797,6 +801,74 @@ def compare(
     else:
         print_comparison(result)
     raise typer.Exit(result.exit_code)
+
+
+def split_at_marks(runs: list[str]) -> list[list[str]]:
+    """compare's arguments cut at each `--` (kept as AFTER_MARK by `main`)."""
+    groups: list[list[str]] = [[]]
+    for run in runs:
+        if run == AFTER_MARK:
+            groups.append([])
+        else:
+            groups[-1].append(run)
+    return groups
+
+
+def arm_names(groups: list[list[str]]) -> list[str]:
+    """A name per arm: its first run's file or directory name, numbered where two agree."""
+    names = []
+    for i, group in enumerate(groups, start=1):
+        name = Path(group[0]).stem or f"arm{i}"
+        names.append(name if name not in names else f"{name}-{i}")
+    return names
+
+
+def _compare_arms(groups: list[list[str]], tables, truth: Optional[Path], json_output: bool,
+                  html_path: Optional[Path]) -> None:
+    """`rlhflab compare BEFORE -- ARM1 -- ARM2 ...`: each arm against BEFORE, ranked (doctor/arms.py)."""
+    import json
+
+    from rlhflab.doctor.arms import observed_arm, rank_arms
+    from rlhflab.doctor.diagnose import diagnose
+
+    control, arm_groups = tables[0], tables[1:]
+    names = arm_names(groups[1:])
+    arms = [(observed_arm(name, control, runs), runs) for name, runs in zip(names, arm_groups)]
+    truths = None
+    if truth is not None:
+        truths = {name: _study_truth_change(truth, groups[0], runs, control, arm_tables)
+                  for name, runs, arm_tables in zip(names, groups[1:], arm_groups)}
+    ranking = rank_arms(control, arms, truths=truths)
+    summary = {"run": ", ".join(groups[0]), "plan": {"seeds": list(range(len(control))), "skipped": [],
+                                                   "seeds_why": f"{len(control)} runs before, as given"},
+               **ranking.to_json(), "arms_given": dict(zip(names, groups[1:])), "next": ranking_next(ranking)}
+    if html_path is not None:
+        from rlhflab.doctor.ablate_report import write_ablation_report
+
+        write_ablation_report(html_path, control[0], diagnose(control[0]), ranking, control,
+                              {name: runs for name, runs in zip(names, arm_groups)}, summary)
+    if json_output:
+        print(json.dumps(summary, indent=1, default=str))
+    else:
+        print_ablation(summary, "arms against")
+    raise typer.Exit(RANKING_EXIT[ranking.verdict])
+
+
+RANKING_EXIT = {"confirmed": 0, "no setting cures it": 1, "not confirmed": 3, "cannot tell": 3}
+
+
+def ranking_next(ranking) -> str:
+    """What to do after a ranking of arms given as runs."""
+    from rlhflab.doctor.arms import describe
+
+    if ranking.verdict == "confirmed":
+        return f"apply {describe(ranking.confirmed[0].arm)}"
+    if ranking.verdict == "not confirmed":
+        return "run more seeds of the control and of the cure, and compare again"
+    if ranking.verdict == "no setting cures it":
+        return "rlhflab checkup --policy DIR --reward-model DIR --prompts FILE (its probes say which components " \
+               "they clear)"
+    return "nothing to confirm"
 
 
 RATE_HELP = """Blind ratings of a run's samples across its steps, served on a local page.
@@ -1077,8 +1149,8 @@ def main(argv: list[str] | None = None) -> None:
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["compare"] and "--" in args:
-        args[args.index("--")] = AFTER_MARK
+    if args[:1] == ["compare"]:  # every `--` cuts an arm: click would keep only the first
+        args = [AFTER_MARK if a == "--" else a for a in args]
     app(args=args)
 
 

@@ -24,12 +24,21 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from rlhflab.doctor.compare import Comparison, block_means, compare_tables, end_values, last_step, truth_change
+from rlhflab.doctor.compare import (
+    Comparison,
+    TruthChange,
+    block_means,
+    compare_tables,
+    differing_settings,
+    end_values,
+    last_step,
+    truth_change,
+)
 from rlhflab.doctor.diagnose import diagnose
 from rlhflab.doctor.findings import Diagnosis
 from rlhflab.doctor.table import MetricTable
 
-ArmKind = Literal["setting", "component", "given"]
+ArmKind = Literal["setting", "component", "given", "observed"]
 AblationVerdict = Literal["confirmed", "not confirmed", "no setting cures it", "cannot tell"]
 CONFIRM_P = 0.05
 POWER = 0.8
@@ -43,7 +52,9 @@ class Arm:
     """One candidate fix: config overrides in rlhflab keys, and what it tests."""
 
     name: str  # its directory under RUN/ablate/
-    kind: ArmKind  # a doctor's fix for a setting, a component swapped back to its default, or given by --fix
+    # a doctor's fix for a setting, a component swapped back to its default, given by --fix, or
+    # runs given to `rlhflab compare` (their changes read from their logs)
+    kind: ArmKind
     changes: tuple[str, ...]  # key=value overrides
     component: str  # the doctor's component for a setting arm; the PPOComponents field for a component arm
     why: str = ""  # the cause it tests, in words
@@ -149,22 +160,27 @@ def _sort_key(outcome: ArmOutcome) -> tuple:
     return (not outcome.confirmed, VERDICT_ORDER[outcome.comparison.verdict], -change)
 
 
-def rank_arms(control: list[MetricTable], arms: list[tuple[Arm, list[MetricTable]]], seed: int = 0) -> Ranking:
+def rank_arms(control: list[MetricTable], arms: list[tuple[Arm, list[MetricTable]]], seed: int = 0,
+              truths: dict[str, TruthChange] | None = None) -> Ranking:
     """Each arm's runs against the control's, best first: confirmed cures, then by compare's
-    verdict, then by the truth's change; and the ablation's verdict."""
+    verdict, then by the truth's change; and the ablation's verdict. `truths`: each arm's
+    truth change measured elsewhere (a rating study holding every arm), by arm name; the
+    curves' truth then decides no mask."""
     control_diagnoses = [diagnose(t) for t in control]
     # The control's findings that reproduce: on most of its seeds (a finding on one seed in
     # several is the rule's own noise, as compare counts new findings).
     counts = {rule: n for rule, n in _serious_counts(control_diagnoses).items() if 2 * n > len(control)}
     outcomes = []
     for arm, tables in arms:
-        comparison = compare_tables(control, tables, seed=seed, reproducible=True)
+        comparison = compare_tables(control, tables, seed=seed, reproducible=True,
+                                    truth=(truths or {}).get(arm.name))
         # The arm did something when any finding it removed was reliably there: the smallest p.
         p = min((none_on_arm_p(k, len(control), len(tables)) for k in counts.values()), default=None)
         full = last_step(control[0]) if control else -1
         stopped = [i for i, t in enumerate(tables) if last_step(t) < full]
         outcomes.append(ArmOutcome(arm, comparison, comparison.verdict == "fixed", p, stopped))
-    _mark_masks(outcomes, dict(((a.name, t) for a, t in arms)), seed)
+    if not truths:
+        _mark_masks(outcomes, dict(((a.name, t) for a, t in arms)), seed)
     outcomes.sort(key=_sort_key)
     verdict, why = _verdict(outcomes, counts, len(control))
     return Ranking(outcomes, verdict, why, counts, len(control))
@@ -188,9 +204,21 @@ def _mark_masks(outcomes: list[ArmOutcome], tables: dict[str, list[MetricTable]]
             other.masked_by = best.arm.name
 
 
+def observed_arm(name: str, control: list[MetricTable], runs: list[MetricTable]) -> Arm:
+    """An arm given as runs rather than as a change (`rlhflab compare BEFORE -- ARM1 -- ARM2`):
+    its changes are the settings its logs show differing from the control's, in the log's
+    own keys where its trainer's vocabulary has them."""
+    vocabulary = runs[0].vocabulary
+    changes = tuple(f"{vocabulary.get(setting, setting)}={after}"
+                    for setting, (_, after) in differing_settings(control, runs).items())
+    return Arm(name, "observed", changes, "", "runs given after a --")
+
+
 def describe(arm: Arm) -> str:
     if arm.kind == "component":
         return f"PPOComponents.{arm.component} swapped back to its default"
+    if arm.kind == "observed":
+        return f"{arm.name} ({', '.join(arm.changes)})" if arm.changes else arm.name
     return ", ".join(arm.changes)
 
 
@@ -203,7 +231,8 @@ def _verdict(outcomes: list[ArmOutcome], counts: dict[str, int], control_runs: i
         also = (f"; swapping a component back cures it too ({'; '.join(describe(o.arm) for o in components)})"
                 if components else "")
         how = "removes every finding" if counts else "raises the truth beyond its interval (no finding to remove)"
-        return "confirmed", f"confirmed cause: {settings[0].arm.component} ({names}) {how}{also}"
+        cause = f"{settings[0].arm.component} ({names})" if settings[0].arm.component else names
+        return "confirmed", f"confirmed cause: {cause} {how}{also}"
     unconfirmed = [o for o in outcomes if o.cures and not o.confirmed and not o.masked_by and o.arm.kind != "component"]
     masks = [o for o in outcomes if o.masked_by and o.arm.kind != "component"]
     masked = (f" ({'; '.join(describe(o.arm) for o in masks)} removed the findings but kept the truth below it "
