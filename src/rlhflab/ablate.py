@@ -31,20 +31,17 @@ from rlhflab.checkpoint import count_lines
 from rlhflab.config import PipelineConfig, apply_overrides, config_from_run, parse_override, save_config
 from rlhflab.doctor.ablate_report import write_ablation_report
 from rlhflab.doctor.arms import (
-    MAX_SEEDS,
-    MIN_SEEDS,
     Arm,
     Ranking,
+    candidate_fixes,
+    choose_seeds,
     rank_arms,
-    seeds_for_effect,
-    truth_fall,
+    serious,
     truth_metric,
-    within_run_spread,
 )
-from rlhflab.doctor.compare import WORLD_SEED_SPREAD, end_values
+from rlhflab.doctor.compare import end_values
 from rlhflab.doctor.diagnose import read_and_diagnose, write_diagnosis
 from rlhflab.doctor.findings import Diagnosis, Finding
-from rlhflab.doctor.formats import render_change
 from rlhflab.doctor.formats.rlhflab import DIALECT
 from rlhflab.doctor.report import write_report
 from rlhflab.doctor.table import MetricTable
@@ -89,45 +86,17 @@ def arm_name(changes: tuple[str, ...]) -> str:
     return ",".join(changes).replace("/", "_").replace(" ", "")
 
 
-def _serious(diagnosis: Diagnosis) -> list[Finding]:
-    return [f for f in diagnosis.findings if f.severity in ("high", "medium")]
-
-
 def candidate_arms(diagnosis: Diagnosis, config: PipelineConfig, top: int) -> tuple[list[Arm], list[str]]:
-    """The distinct fixes of the top `top` causes, over the run's medium/high findings: every
-    finding's first cause before any second cause. A fix is an arm when each of its changes
-    has an rlhflab key and a value, and it changes something; the others are said."""
-    arms: list[Arm] = []
-    skipped: list[str] = []
-    seen: set[tuple[str, ...]] = set()
-    findings = _serious(diagnosis)
-    depth = max((len(f.causes) for f in findings), default=0)
-    for rank in range(depth):
-        for finding in findings:
-            if len(arms) >= top or rank >= len(finding.causes):
-                continue
-            cause = finding.causes[rank]
-            if cause.fix is None:
-                skipped.append(f"{cause.component} ({finding.rule}, cause {rank + 1}): no setting to change; "
-                               "the fix is in code")
-                continue
-            changes = []
-            for change in cause.fix.changes:
-                key = DIALECT.vocabulary.get(change.setting)
-                if key is None or change.direction != "set":
-                    changes = []
-                    skipped.append(f"{cause.component} ({finding.rule}): {render_change(DIALECT.vocabulary, change)} "
-                                   "has no rlhflab key and value to run")
-                    break
-                changes.append(render_change(DIALECT.vocabulary, change))
-            key_set = tuple(sorted(changes))
-            if not changes or key_set in seen:
-                continue
-            seen.add(key_set)
-            if apply_overrides(config, dict(parse_override(c) for c in changes)) == config:
-                skipped.append(f"{', '.join(changes)} ({cause.component}): the run already has these settings")
-                continue
-            arms.append(Arm(arm_name(tuple(changes)), "setting", tuple(changes), cause.component, cause.explanation))
+    """The doctor's candidate fixes (doctor/arms.py) in rlhflab keys, as arms; a fix the run
+    already has is said, not run."""
+    fixes, skipped = candidate_fixes(diagnosis, DIALECT.vocabulary, top, keyed=True)
+    arms = []
+    for fix in fixes:
+        changes = fix.rendered
+        if apply_overrides(config, dict(parse_override(c) for c in changes)) == config:
+            skipped.append(f"{', '.join(changes)} ({fix.component}): the run already has these settings")
+            continue
+        arms.append(Arm(arm_name(changes), "setting", changes, fix.component, fix.why))
     return arms, skipped
 
 
@@ -146,36 +115,6 @@ def given_arms(fixes: list[str]) -> list[Arm]:
             parse_override(change)
         arms.append(Arm(arm_name(changes), "given", changes, "", "given with --fix"))
     return arms
-
-
-def choose_seeds(table: MetricTable, requested: int | None) -> tuple[int, str, list[str]]:
-    """Seeds a side: from the seed spread and the run's truth fall (doctor/arms.py), or as
-    requested, warned when fewer than that."""
-    gold = table.get("reward/gold_mean") is not None
-    if gold and table.settings.trainer == "rlhflab":  # gold is the world's: its seed spread is measured
-        spread, spread_text = WORLD_SEED_SPREAD.value, f"the world's measured seed spread {WORLD_SEED_SPREAD.value:g}"
-    else:
-        spread = within_run_spread(table)
-        spread_text = f"the spread within the run, {spread:.3g} (a lower bound for the seed spread: none is measured)"
-    fall = truth_fall(table)
-    truth = "gold" if gold else "proxy"
-    findings_test = (f"the findings' test needs at least {MIN_SEEDS} (p = 0.05 when the control shows a finding on all "
-                     f"3 and an arm on none)")
-    if fall <= spread:  # nothing to recover that seeds could resolve: the findings decide
-        needed = MIN_SEEDS
-        why = (f"{needed} seeds a side: {findings_test}; the run's {truth} did not fall beyond {spread_text} "
-               f"(it fell {fall:.3g} from its best level), so a cure is judged by its findings")
-    else:
-        needed = seeds_for_effect(fall, spread)
-        why = (f"{needed} seeds a side: {findings_test}, and telling a cure of the run's size (its {truth} fell "
-               f"{fall:.3g} from its best level) from {spread_text} with power 0.8 needs {needed}"
-               + (f" (at most {MAX_SEEDS})" if needed == MAX_SEEDS else ""))
-    warnings = []
-    if requested is None:
-        return needed, why, warnings
-    if requested < needed:
-        warnings.append(f"--seeds {requested} is below the {needed} this run needs ({why}): a cure may go unconfirmed")
-    return requested, f"{requested} seeds a side, as asked (by default: {why})", warnings
 
 
 def plan_ablation(run_dir: Path, top: int = 3, seeds: int | None = None, fixes: list[str] = ()) -> Plan:
@@ -211,7 +150,7 @@ class StillThere:
     latest_onsets: tuple[tuple[str, int], ...]
 
     def __call__(self, diagnosis: Diagnosis) -> Finding | None:
-        found = {f.rule: f for f in _serious(diagnosis)}
+        found = {f.rule: f for f in serious(diagnosis)}
         if not self.latest_onsets:
             return None
         for rule, onset in self.latest_onsets:
@@ -355,7 +294,7 @@ def latest_onsets(diagnoses: list[Diagnosis]) -> StillThere:
     """The control's findings with their last onset over its seeds."""
     onsets: dict[str, int] = {}
     for d in diagnoses:
-        for f in _serious(d):
+        for f in serious(d):
             onsets[f.rule] = max(onsets.get(f.rule, f.onset_step), f.onset_step)
     return StillThere(tuple(sorted(onsets.items())))
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from rlhflab.doctor.compare import (
+    WORLD_SEED_SPREAD,
     Comparison,
     TruthChange,
     block_means,
@@ -35,7 +36,8 @@ from rlhflab.doctor.compare import (
     truth_change,
 )
 from rlhflab.doctor.diagnose import diagnose
-from rlhflab.doctor.findings import Diagnosis
+from rlhflab.doctor.findings import Change, Diagnosis, Finding
+from rlhflab.doctor.formats import render_change
 from rlhflab.doctor.table import MetricTable
 
 ArmKind = Literal["setting", "component", "given", "observed"]
@@ -144,6 +146,84 @@ def within_run_spread(table: MetricTable, seed: int = 0, resamples: int = 500) -
     rng = random.Random(seed)
     ends = end_values(list(series.values))
     return statistics.pstdev(block_means(ends, rng) for _ in range(resamples))
+
+
+def serious(diagnosis: Diagnosis) -> list[Finding]:
+    return [f for f in diagnosis.findings if f.severity in ("high", "medium")]
+
+
+@dataclass(frozen=True)
+class CandidateFix:
+    """One of the doctor's fixes, to be tried as an arm: the changes in the log's trainer's keys."""
+
+    component: str
+    why: str  # the cause it tests
+    changes: tuple[Change, ...]
+    rendered: tuple[str, ...]  # KEY=VALUE in the vocabulary it was chosen for
+
+
+def candidate_fixes(diagnosis: Diagnosis, vocabulary: dict[str, str], top: int,
+                    keyed: bool = False) -> tuple[list[CandidateFix], list[str]]:
+    """The distinct fixes of the top `top` causes over the medium/high findings: every
+    finding's first cause before any second cause. A fix is a candidate when each of its
+    changes sets a value (and, with `keyed`, has a key in `vocabulary`); the others are said."""
+    fixes: list[CandidateFix] = []
+    skipped: list[str] = []
+    seen: set[tuple[str, ...]] = set()
+    findings = serious(diagnosis)
+    depth = max((len(f.causes) for f in findings), default=0)
+    for rank in range(depth):
+        for finding in findings:
+            if len(fixes) >= top or rank >= len(finding.causes):
+                continue
+            cause = finding.causes[rank]
+            if cause.fix is None:
+                skipped.append(f"{cause.component} ({finding.rule}, cause {rank + 1}): no setting to change; "
+                               "the fix is in code")
+                continue
+            runnable = [c for c in cause.fix.changes
+                        if c.direction == "set" and (not keyed or c.setting in vocabulary)]
+            if len(runnable) < len(cause.fix.changes):
+                bad = next(c for c in cause.fix.changes if c not in runnable)
+                skipped.append(f"{cause.component} ({finding.rule}): {render_change(vocabulary, bad)} has no key and "
+                               "value to run")
+                continue
+            rendered = tuple(render_change(vocabulary, c) for c in cause.fix.changes)
+            if tuple(sorted(rendered)) in seen:
+                continue
+            seen.add(tuple(sorted(rendered)))
+            fixes.append(CandidateFix(cause.component, cause.explanation, cause.fix.changes, rendered))
+    return fixes, skipped
+
+
+def choose_seeds(table: MetricTable, requested: int | None) -> tuple[int, str, list[str]]:
+    """Seeds a side: from the seed spread and the run's truth fall (doctor/arms.py), or as
+    requested, warned when fewer than that."""
+    gold = table.get("reward/gold_mean") is not None
+    if gold and table.settings.trainer == "rlhflab":  # gold is the world's: its seed spread is measured
+        spread, spread_text = WORLD_SEED_SPREAD.value, f"the world's measured seed spread {WORLD_SEED_SPREAD.value:g}"
+    else:
+        spread = within_run_spread(table)
+        spread_text = f"the spread within the run, {spread:.3g} (a lower bound for the seed spread: none is measured)"
+    fall = truth_fall(table)
+    truth = "gold" if gold else "proxy"
+    findings_test = (f"the findings' test needs at least {MIN_SEEDS} (p = 0.05 when the control shows a finding on all "
+                     f"3 and an arm on none)")
+    if fall <= spread:  # nothing to recover that seeds could resolve: the findings decide
+        needed = MIN_SEEDS
+        why = (f"{needed} seeds a side: {findings_test}; the run's {truth} did not fall beyond {spread_text} "
+               f"(it fell {fall:.3g} from its best level), so a cure is judged by its findings")
+    else:
+        needed = seeds_for_effect(fall, spread)
+        why = (f"{needed} seeds a side: {findings_test}, and telling a cure of the run's size (its {truth} fell "
+               f"{fall:.3g} from its best level) from {spread_text} with power 0.8 needs {needed}"
+               + (f" (at most {MAX_SEEDS})" if needed == MAX_SEEDS else ""))
+    warnings = []
+    if requested is None:
+        return needed, why, warnings
+    if requested < needed:
+        warnings.append(f"--seeds {requested} is below the {needed} this run needs ({why}): a cure may go unconfirmed")
+    return requested, f"{requested} seeds a side, as asked (by default: {why})", warnings
 
 
 def _serious_counts(diagnoses: list[Diagnosis]) -> dict[str, int]:
