@@ -89,15 +89,12 @@ def arm_name(changes: tuple[str, ...]) -> str:
 def candidate_arms(diagnosis: Diagnosis, config: PipelineConfig, top: int) -> tuple[list[Arm], list[str]]:
     """The doctor's candidate fixes (doctor/arms.py) in rlhflab keys, as arms; a fix the run
     already has is said, not run."""
-    fixes, skipped = candidate_fixes(diagnosis, DIALECT.vocabulary, top, keyed=True)
-    arms = []
-    for fix in fixes:
-        changes = fix.rendered
-        if apply_overrides(config, dict(parse_override(c) for c in changes)) == config:
-            skipped.append(f"{', '.join(changes)} ({fix.component}): the run already has these settings")
-            continue
-        arms.append(Arm(arm_name(changes), "setting", changes, fix.component, fix.why))
-    return arms, skipped
+    def unchanged(changes: tuple[str, ...]) -> str | None:
+        same = apply_overrides(config, dict(parse_override(c) for c in changes)) == config
+        return "the run already has these settings" if same else None
+
+    fixes, skipped = candidate_fixes(diagnosis, DIALECT.vocabulary, top, keyed=True, reject=unchanged)
+    return [Arm(arm_name(f.rendered), "setting", f.rendered, f.component, f.why) for f in fixes], skipped
 
 
 def component_arms(config: PipelineConfig) -> list[Arm]:

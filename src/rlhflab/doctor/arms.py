@@ -22,7 +22,7 @@ import math
 import random
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Callable, Literal
 
 from rlhflab.doctor.compare import (
     WORLD_SEED_SPREAD,
@@ -162,11 +162,13 @@ class CandidateFix:
     rendered: tuple[str, ...]  # KEY=VALUE in the vocabulary it was chosen for
 
 
-def candidate_fixes(diagnosis: Diagnosis, vocabulary: dict[str, str], top: int,
-                    keyed: bool = False) -> tuple[list[CandidateFix], list[str]]:
+def candidate_fixes(diagnosis: Diagnosis, vocabulary: dict[str, str], top: int, keyed: bool = False,
+                    reject: Callable[[tuple[str, ...]], str | None] | None = None,
+                    ) -> tuple[list[CandidateFix], list[str]]:
     """The distinct fixes of the top `top` causes over the medium/high findings: every
     finding's first cause before any second cause. A fix is a candidate when each of its
-    changes sets a value (and, with `keyed`, has a key in `vocabulary`); the others are said."""
+    changes sets a value (and, with `keyed`, has a key in `vocabulary`) and `reject` has no
+    reason against it; the others are said, and do not count towards `top`."""
     fixes: list[CandidateFix] = []
     skipped: list[str] = []
     seen: set[tuple[str, ...]] = set()
@@ -192,6 +194,10 @@ def candidate_fixes(diagnosis: Diagnosis, vocabulary: dict[str, str], top: int,
             if tuple(sorted(rendered)) in seen:
                 continue
             seen.add(tuple(sorted(rendered)))
+            reason = reject(rendered) if reject is not None else None
+            if reason is not None:
+                skipped.append(f"{', '.join(rendered)} ({cause.component}): {reason}")
+                continue
             fixes.append(CandidateFix(cause.component, cause.explanation, cause.fix.changes, rendered))
     return fixes, skipped
 
