@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
 	$(PY) -m pip install --quiet -e '.[train,studies,test]'
+	# veRL's own config files (ppo_trainer.yaml), to check planned veRL commands with Hydra; nothing imports verl
+	$(PY) -m pip install --quiet --no-deps verl==0.9.1
 	touch $(STAMP)
 
 install: $(STAMP)

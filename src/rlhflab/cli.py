@@ -402,6 +402,16 @@ def doctor(
     truth: Optional[str] = typer.Option(None, "--truth", help="STUDY[:SYSTEM]: read a rating study's mean rating "
                                         "per step bin as the run's gold (default for a run without a gold of its "
                                         "own: a study in RUN/studies/)."),
+    plan: bool = typer.Option(False, "--plan", help="Print the ablation plan for the log's findings instead: one "
+                              "command per candidate fix and seed, and the control, in the trainer's own syntax, "
+                              "then the rlhflab compare that ranks them."),
+    command: Optional[str] = typer.Option(None, "--command", help="With --plan: your launch command; a key it already "
+                                          "sets is replaced."),
+    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="With --plan: seeds per arm (default: from "
+                                        "the run's noise, at least 3)."),
+    top: int = typer.Option(3, "--top", min=1, help="With --plan: the fixes of the doctor's top K causes."),
+    plan_out: str = typer.Option("ablation", "--plan-out", help="With --plan: the directory the planned runs "
+                                 "write under (ARM/seedK/ each)."),
 ) -> None:
     """Diagnose a run or another trainer's log: findings, evidence, ranked causes, fixes.
 
@@ -438,6 +448,8 @@ def doctor(
     except LogFormatError as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
+    if plan:
+        _print_plan(table, diagnosis, command, seeds, top, plan_out, json_output)
     if diagnosis.format == "rlhflab":
         write_diagnosis(diagnosis, path / "diagnosis.json")
     if html is not None:
@@ -449,6 +461,45 @@ def doctor(
     else:
         print_diagnosis(diagnosis)
     raise typer.Exit(diagnosis.exit_code)
+
+
+def _print_plan(table, diagnosis, command: Optional[str], seeds: Optional[int], top: int, out: str,
+                json_output: bool) -> None:
+    """doctor --plan (doctor/plan.py): exit 0 with a plan checked, 1 when a planned command
+    fails its check, 2 when no plan can be written."""
+    import json
+
+    from rlhflab.doctor.plan import LAUNCHERS_BY_DIALECT, PlanError, plan_for_log
+    from rlhflab.doctor.plan_check import check_plan
+
+    if diagnosis.format == "rlhflab":
+        console.print(f"[red]error:[/red] rlhflab reruns its own runs: rlhflab ablate {diagnosis.source}")
+        raise typer.Exit(2)
+    try:
+        planned = plan_for_log(table, diagnosis, command, seeds, top, out)
+    except PlanError as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    check = check_plan(LAUNCHERS_BY_DIALECT[table.settings.trainer], planned)
+    if json_output:
+        typer.echo(json.dumps(planned.to_json() | {"checked_by": check.checked_by, "check_errors": check.errors},
+                              indent=2))
+        raise typer.Exit(0 if check.ok else 1)
+    # Plain text on stdout, every line not a command a shell comment: `--plan > plan.sh` runs.
+    lines = [f"# ablation plan for {diagnosis.source} ({planned.trainer}): {len(planned.arms) - 1} candidate "
+             f"fix(es) and the control, {len(planned.seeds)} seeds each",
+             f"# seeds: {planned.seeds_why}"]
+    lines += [f"# warning: {w}" for w in planned.warnings]
+    for arm, changes in planned.arms.items():
+        lines += ["", f"# {arm}: {', '.join(changes) or 'the run as it was'}"]
+        lines += [r.command for r in planned.runs if r.arm == arm]
+    lines += ["", "# then rank the arms, each against the control:", planned.compare, ""]
+    lines += [f"# not planned: {s}" for s in planned.skipped] + [f"# note: {n}" for n in planned.notes]
+    if check.ok:
+        lines.append(f"# checked: every setting the plan adds, by {check.checked_by}")
+    lines += [f"# CHECK FAILED ({check.checked_by}): {e}" for e in check.errors]
+    typer.echo("\n".join(lines))
+    raise typer.Exit(0 if check.ok else 1)
 
 
 def _rated_truth(log: Path, truth: Optional[str], table):
