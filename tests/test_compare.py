@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from rlhflab.cli import main
+from rlhflab.cli import arm_names, main
 from rlhflab.doctor.compare import block_means, compare_tables, truth_change
 from rlhflab.doctor.formats import read_log
 from rlhflab.doctor.table import MetricTable
@@ -143,3 +143,17 @@ def test_an_arm_that_cures_nothing_says_no_arm_cures_it_and_an_empty_arm_is_refu
     with pytest.raises(SystemExit) as done:
         main(["compare", *before, "--", *arms[0], "--", "--", *arms[1]])
     assert done.value.code == 2
+
+
+def test_an_arm_is_named_by_the_part_of_its_path_the_groups_do_not_share(tmp_path):
+    planned = [[f"ablation/{arm}/seed{k}" for k in range(3)] for arm in ("control", "beta-0.2", "learning_rate-5e-06")]
+    assert arm_names(planned) == ["beta-0.2", "learning_rate-5e-06"]  # an ablation plan's directories
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "trainer_state.json").write_text("{}")
+    assert arm_names([[str(tmp_path / "a" / "trainer_state.json")], [str(tmp_path / "b" / "trainer_state.json")]]) \
+        == ["b"]
+    logs = [tmp_path / "before.jsonl", tmp_path / "after.jsonl"]
+    for log in logs:
+        log.write_text("")
+    assert arm_names([[str(logs[0])], [str(logs[1])], [str(logs[1])]]) == ["after", "after-2"]

@@ -70,7 +70,10 @@ def test_a_verl_plan_replaces_the_users_keys_gives_each_run_its_seed_and_directo
 
 def test_a_trl_grpo_plan_is_parsed_by_trls_own_argument_parser(tmp_path):
     plan, launcher = planned(grpo_kl_runaway(tmp_path), top=2,
-                             command="trl grpo --model_name_or_path m --beta 0.04 --output_dir somewhere")
+                             command="trl grpo --model_name_or_path m --beta 0.04 --output_dir somewhere",
+                             maps=("gold=reward/gold_mean",))
+    # the compare reads the planned runs as the log was read
+    assert plan.compare.startswith("rlhflab compare --map gold=reward/gold_mean ablation/control/seed0 ")
     assert any(change.startswith("beta=") for changes in plan.arms.values() for change in changes)
     for run in plan.runs:
         tokens = shlex.split(run.command)

@@ -536,6 +536,19 @@ def test_large_steps_are_blamed_on_hyperparameters():
     assert finding.fix.changes == (Change("lr", "set", 3e-5),)  # the run's 3e-4, 10x smaller
 
 
+def test_the_smaller_learning_rate_is_a_tenth_of_the_schedules_peak_not_of_its_last_value():
+    # No configured rate in the log (a TRL trainer_state.json): the logged rate warms up, then
+    # decays linearly towards 0, as TRL's default schedule does; the configured rate is its peak.
+    records = modify(healthy_records(1), 40, kl__mean=lambda k, old: old + 2 * math.exp(0.12 * k) - 2)
+    records = modify(records, 0, policy__approxkl=lambda k, old: 0.5, policy__clipfrac=lambda k, old: 0.4)
+    for i, r in enumerate(records):
+        r["lr"] = 3e-4 * min((i + 1) / 5, (len(records) - i) / (len(records) - 4))
+    settings = {k: v for k, v in DEMO.items() if k != "lr"}
+    finding = next(f for f in diagnose(table_of(records, **settings)).findings if f.rule == "kl_explosion")
+    assert max(r["lr"] for r in records) == 3e-4 and records[-1]["lr"] < 1e-5
+    assert finding.fix.changes == (Change("lr", "set", 3e-5),)
+
+
 def test_settings_outside_the_usual_range_are_blamed_with_their_fix():
     # A negative entropy coefficient explains a collapse of diversity, not the KL controller.
     records = modify(healthy_records(20), 40, response__identical_frac=lambda k, old: 0.6)

@@ -449,7 +449,7 @@ def doctor(
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
     if plan:
-        _print_plan(table, diagnosis, command, seeds, top, plan_out, json_output)
+        _print_plan(table, diagnosis, command, seeds, top, plan_out, json_output, tuple(mapping or ()))
     if diagnosis.format == "rlhflab":
         write_diagnosis(diagnosis, path / "diagnosis.json")
     if html is not None:
@@ -464,7 +464,7 @@ def doctor(
 
 
 def _print_plan(table, diagnosis, command: Optional[str], seeds: Optional[int], top: int, out: str,
-                json_output: bool) -> None:
+                json_output: bool, maps: tuple[str, ...]) -> None:
     """doctor --plan (doctor/plan.py): exit 0 with a plan checked, 1 when a planned command
     fails its check, 2 when no plan can be written."""
     import json
@@ -476,7 +476,7 @@ def _print_plan(table, diagnosis, command: Optional[str], seeds: Optional[int], 
         console.print(f"[red]error:[/red] rlhflab reruns its own runs: rlhflab ablate {diagnosis.source}")
         raise typer.Exit(2)
     try:
-        planned = plan_for_log(table, diagnosis, command, seeds, top, out)
+        planned = plan_for_log(table, diagnosis, command, seeds, top, out, maps)
     except PlanError as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
@@ -866,10 +866,18 @@ def split_at_marks(runs: list[str]) -> list[list[str]]:
 
 
 def arm_names(groups: list[list[str]]) -> list[str]:
-    """A name per arm: its first run's file or directory name, numbered where two agree."""
+    """A name per arm (every group after the first, BEFORE): the first part of its first
+    run's path that the groups' first runs do not all share (`ablation/beta-0.2/seed0` ->
+    `beta-0.2`; `a/trainer_state.json` -> `a`), numbered where two agree."""
+    paths = [Path(group[0]).parts for group in groups]
+    shared = 0
+    while all(len(p) > shared + 1 and p[shared] == paths[0][shared] for p in paths):
+        shared += 1
     names = []
-    for i, group in enumerate(groups, start=1):
-        name = Path(group[0]).stem or f"arm{i}"
+    for i, (group, parts) in enumerate(zip(groups[1:], paths[1:]), start=1):
+        at = min(shared, len(parts) - 1)
+        name = Path(parts[at]).stem if at == len(parts) - 1 and Path(group[0]).is_file() else parts[at]
+        name = name or f"arm{i}"
         names.append(name if name not in names else f"{name}-{i}")
     return names
 
@@ -883,7 +891,7 @@ def _compare_arms(groups: list[list[str]], tables, truth: Optional[Path], json_o
     from rlhflab.doctor.diagnose import diagnose
 
     control, arm_groups = tables[0], tables[1:]
-    names = arm_names(groups[1:])
+    names = arm_names(groups)
     arms = [(observed_arm(name, control, runs), runs) for name, runs in zip(names, arm_groups)]
     truths = None
     if truth is not None:

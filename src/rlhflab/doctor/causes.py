@@ -58,6 +58,11 @@ def _last(table: MetricTable, metric: str) -> float | None:
     return s.values[-1] if s is not None else None
 
 
+def _peak(table: MetricTable, metric: str) -> float | None:
+    s = table.get(metric)
+    return max(s.values) if s is not None and len(s.values) else None
+
+
 # --- the causes, each a function of the table (its settings give the fix's values) -------
 def _kl_fix(table: MetricTable) -> Fix:
     coef = table.settings.kl_coef if table.settings.kl_coef is not None else _last(table, "kl/coef")
@@ -81,7 +86,9 @@ def _lr_factor(table: MetricTable) -> float:
 
 
 def _lr_fix(table: MetricTable) -> Fix:
-    lr = table.settings.lr if table.settings.lr is not None else _last(table, "lr")
+    # A logged learning rate follows its schedule (warm-up, then a decay towards 0 in TRL's and
+    # most trainers' defaults): the configured rate is its peak, not its last value.
+    lr = table.settings.lr if table.settings.lr is not None else _peak(table, "lr")
     factor = _lr_factor(table)
     value = float(f"{lr * factor:.2g}") if lr else 3e-5
     return Fix((Change("lr", "set", value),), f"a {1 / factor:.0f}x smaller learning rate makes each PPO step smaller"

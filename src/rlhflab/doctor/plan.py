@@ -252,8 +252,9 @@ def arm_directory(settings: tuple[tuple[str, object], ...]) -> str:
 
 
 def plan_for_log(table: MetricTable, diagnosis: Diagnosis, command: str | None = None, seeds: int | None = None,
-                 top: int = 3, out: str = "ablation") -> AblationPlan:
-    """The plan for a log's medium/high findings (module docstring)."""
+                 top: int = 3, out: str = "ablation", maps: tuple[str, ...] = ()) -> AblationPlan:
+    """The plan for a log's medium/high findings (module docstring). `maps` are the `--map`
+    options the log was read with: the compare reads the planned runs the same way."""
     trainer = table.settings.trainer or ""
     launcher = LAUNCHERS_BY_DIALECT.get(trainer)
     if launcher is None:
@@ -288,7 +289,7 @@ def plan_for_log(table: MetricTable, diagnosis: Diagnosis, command: str | None =
                 text = f"mkdir -p {shlex.quote(run_out)} && {text} 2>&1 | tee {shlex.quote(run_out + '/console.log')}"
             runs.append(PlannedRun(arm, seed, run_out, text, launcher.log_of(run_out)))
     groups = [" ".join(shlex.quote(r.log) for r in runs if r.arm == arm) for arm in arms]
-    compare = "rlhflab compare " + " -- ".join(groups)
+    compare = "rlhflab compare " + "".join(f"--map {shlex.quote(m)} " for m in maps) + " -- ".join(groups)
     seeds_why = why if count >= MIN_SEEDS else why + f" (fewer than {MIN_SEEDS}: no cure can be confirmed)"
     notes = list(launcher.notes)
     if launcher.tee:
