@@ -138,20 +138,53 @@ def make_gold_callback(world, tokenizer, max_new_tokens: int, every: int, seed: 
     return GoldCallback()
 
 
-def train_ppo(variant: Variant, base: Path, run_dir: Path, steps: int, callback, tokenizer, prompts: list[str]):
-    """TRL 1.12's PPOTrainer: one update per step (a rollout of 32 prompts, 2 epochs of 2
-    minibatches); the value model starts as a copy of the reward model, as TRL's examples do."""
+# What every calibration run shares, in TRL's own config fields (a flag each for
+# bench/trl_world.py): CPU, float32, every step logged, nothing saved or reported.
+SHARED_SETTINGS = {"use_cpu": True, "bf16": False, "gradient_checkpointing": False, "report_to": [],
+                   "save_strategy": "no", "logging_steps": 1, "disable_tqdm": True, "per_device_train_batch_size": 32}
+
+
+def config_settings(variant: Variant, steps: int) -> dict:
+    """The variant's TRL config fields, output_dir aside. TRL 1.12's PPOTrainer does one update
+    per step (a rollout of 32 prompts, 2 epochs of 2 minibatches)."""
+    if variant.trainer == "ppo":
+        own = {"num_sample_generations": 0, "num_mini_batches": 2, "num_ppo_epochs": 2, "total_episodes": steps * 32,
+               "response_length": variant.max_completion_length, "stop_token": "eos", "missing_eos_penalty": 1.0,
+               "kl_coef": variant.beta}
+    else:
+        # GRPO writes its completions itself (completions/*.parquet, with log_completions; printing
+        # none of them draws nothing from `random`); RLOO keeps them in memory, so the doctor's
+        # callback writes them (rlhflab/samples.jsonl).
+        own = {"max_steps": steps, "num_generations": 4, "max_completion_length": variant.max_completion_length,
+               "beta": variant.beta}
+        if variant.trainer == "grpo":
+            own |= {"log_completions": True, "num_completions_to_print": 0}
+    return {**SHARED_SETTINGS, "seed": variant.seed, "learning_rate": variant.learning_rate,
+            "temperature": variant.temperature, **own, **variant.settings}
+
+
+def config_class(trainer: str):
+    """The TRL config class of a calibration trainer (PPO: TRL 1.12's, in .venv-trl)."""
+    if trainer == "ppo":
+        from trl.experimental.ppo import PPOConfig
+
+        return PPOConfig
+    import trl
+
+    return {"grpo": trl.GRPOConfig, "rloo": trl.RLOOConfig}[trainer]
+
+
+def completion_length(trainer: str, config) -> int:
+    return config.response_length if trainer == "ppo" else config.max_completion_length
+
+
+def train_ppo(config, base: Path, callback, tokenizer, prompts: list[str]):
+    """TRL 1.12's PPOTrainer; the value model starts as a copy of the reward model, as TRL's
+    examples do."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-    from trl.experimental.ppo import PPOConfig, PPOTrainer
+    from trl.experimental.ppo import PPOTrainer
 
-    config = PPOConfig(
-        output_dir=str(run_dir), use_cpu=True, bf16=False, gradient_checkpointing=False, seed=variant.seed,
-        report_to=[], save_strategy="no", logging_steps=1, num_sample_generations=0, disable_tqdm=True,
-        per_device_train_batch_size=32, num_mini_batches=2, num_ppo_epochs=2, total_episodes=steps * 32,
-        response_length=variant.max_completion_length, stop_token="eos", missing_eos_penalty=1.0,
-        learning_rate=variant.learning_rate, kl_coef=variant.beta, temperature=variant.temperature,
-    )
     dataset = Dataset.from_dict({"input_ids": [[tokenizer.bos_token_id] + tokenizer.encode(p, add_special_tokens=False)
                                                for p in prompts]})
     trainer = PPOTrainer(
@@ -166,37 +199,35 @@ def train_ppo(variant: Variant, base: Path, run_dir: Path, steps: int, callback,
 def build_trainer(variant: Variant, base: Path, run_dir: Path, steps: int, callback):
     """The variant's trainer (TRL's GRPO/RLOO, or TRL 1.12's PPO in .venv-trl) from `base`'s
     stage-1 model and reward model, on the world's training prompts, with `callback`."""
-    import trl
+    config = config_class(variant.trainer)(output_dir=str(run_dir), **config_settings(variant, steps))
+    return trainer_from_config(variant.trainer, config, base, callback, reward_functions(variant))
+
+
+def trainer_from_config(trainer_name: str, config, base: Path, callback, bonuses: list = ()):
+    """A TRL trainer of the world from its config: `base`'s stage-1 model is the policy and
+    the reference, its reward model the proxy (plus `bonuses`, reward functions GRPO/RLOO add)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
     from rlhflab.worlds.reviews import ReviewsWorld, WorldConfig
 
     tokenizer = AutoTokenizer.from_pretrained(base / "stage1_lm", padding_side="left")
-    prompts = ReviewsWorld(WorldConfig()).prompts(4096, variant.seed)
-    if variant.trainer == "ppo":
-        return train_ppo(variant, base, run_dir, steps, callback, tokenizer, prompts)
-    config_class, trainer_class = {"grpo": (trl.GRPOConfig, trl.GRPOTrainer),
-                                   "rloo": (trl.RLOOConfig, trl.RLOOTrainer)}[variant.trainer]
+    prompts = ReviewsWorld(WorldConfig()).prompts(4096, config.seed)
+    if trainer_name == "ppo":
+        trainer = train_ppo(config, base, callback, tokenizer, prompts)
+        callback.policy = trainer.model.policy  # PPOTrainer passes no model to its callbacks
+        return trainer
+    import trl
+
+    trainer_class = {"grpo": trl.GRPOTrainer, "rloo": trl.RLOOTrainer}[trainer_name]
     policy = AutoModelForCausalLM.from_pretrained(base / "stage1_lm")
     reward_model = AutoModelForSequenceClassification.from_pretrained(base / "stage2_rm", num_labels=1)
-    # GRPO writes its completions itself (completions/*.parquet, with log_completions; printing
-    # none of them draws nothing from `random`); RLOO keeps them in memory, so the doctor's
-    # callback writes them (rlhflab/samples.jsonl).
-    writes_completions = {"log_completions": True, "num_completions_to_print": 0} if variant.trainer == "grpo" else {}
-    config = config_class(
-        output_dir=str(run_dir), use_cpu=True, bf16=False, gradient_checkpointing=False, seed=variant.seed,
-        max_steps=steps, logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,
-        per_device_train_batch_size=32, num_generations=4, max_completion_length=variant.max_completion_length,
-        learning_rate=variant.learning_rate, beta=variant.beta, temperature=variant.temperature,
-        **writes_completions, **variant.settings,
-    )
     trainer = trainer_class(
-        model=policy, reward_funcs=[reward_model, *reward_functions(variant)], args=config,
+        model=policy, reward_funcs=[reward_model, *bonuses], args=config,
         train_dataset=Dataset.from_dict({"prompt": [tokenizer.bos_token + p for p in prompts]}),
-        processing_class=tokenizer, reward_processing_classes=[tokenizer] + [None] * (0 if variant.reward == "rm" else 1),
+        processing_class=tokenizer, reward_processing_classes=[tokenizer] + [None] * len(bonuses),
         callbacks=[callback])
-    if variant.trainer == "rloo":
+    if trainer_name == "rloo":
         from rlhflab.integrations import DoctorCallback
 
         trainer.add_callback(DoctorCallback(every=10**9, samples_of=trainer))
@@ -212,18 +243,18 @@ def run_variant(name: str, variant: Variant, base: Path, out: Path, steps: int, 
     callback = make_gold_callback(ReviewsWorld(WorldConfig()), tokenizer, variant.max_completion_length, every,
                                   variant.seed)
     trainer = build_trainer(variant, base, out / name, steps, callback)
-    if variant.trainer == "ppo":
-        callback.policy = trainer.model.policy  # PPOTrainer passes no model to its callbacks
-    return _train_and_label(name, variant, trainer, callback, out / name)
+    return train_and_label(name, variant.expect, trainer, callback, out / name)
 
 
-def _train_and_label(name: str, variant: Variant, trainer, callback, run_dir: Path) -> dict:
+def train_and_label(name: str, expect: str, trainer, callback, run_dir: Path) -> dict:
+    """Trains, then writes the trainer's log (trainer_state.json) and the run's label with its
+    held-out history (label.json) into `run_dir`."""
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
     trainer.state.save_to_json(str(run_dir / "trainer_state.json"))
     label = label_run(callback.history, proxy_series(trainer.state.log_history))
-    (run_dir / "label.json").write_text(json.dumps({"variant": name, "expect": variant.expect, **label,
+    (run_dir / "label.json").write_text(json.dumps({"variant": name, "expect": expect, **label,
                                                      "seconds": seconds, "gold": callback.history}, indent=1))
     return label
 
