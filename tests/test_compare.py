@@ -128,6 +128,11 @@ def test_several_arms_are_each_compared_with_before_and_ranked(tmp_path, capsys)
     with pytest.raises(SystemExit) as done:
         main(["compare", *before, "--", *cure, "--json"])
     assert done.value.code == 0 and json.loads(capsys.readouterr().out)["verdict"] == "fixed"
+    # --rank: one arm ranked as an arm (a confirmed cure), as a plan with one fix asks
+    with pytest.raises(SystemExit) as done:
+        main(["compare", "--rank", *before, "--", *cure, "--json"])
+    ranked = json.loads(capsys.readouterr().out)
+    assert done.value.code == 0 and ranked["verdict"] == "confirmed" and ranked["arms"][0]["confirmed"]
 
 
 def test_an_arm_that_cures_nothing_says_no_arm_cures_it_and_an_empty_arm_is_refused(tmp_path, capsys):

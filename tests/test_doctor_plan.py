@@ -73,7 +73,7 @@ def test_a_trl_grpo_plan_is_parsed_by_trls_own_argument_parser(tmp_path):
                              command="trl grpo --model_name_or_path m --beta 0.04 --output_dir somewhere",
                              maps=("gold=reward/gold_mean",))
     # the compare reads the planned runs as the log was read
-    assert plan.compare.startswith("rlhflab compare --map gold=reward/gold_mean ablation/control/seed0 ")
+    assert plan.compare.startswith("rlhflab compare --rank --map gold=reward/gold_mean ablation/control/seed0 ")
     assert any(change.startswith("beta=") for changes in plan.arms.values() for change in changes)
     for run in plan.runs:
         tokens = shlex.split(run.command)

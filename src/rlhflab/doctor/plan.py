@@ -289,7 +289,8 @@ def plan_for_log(table: MetricTable, diagnosis: Diagnosis, command: str | None =
                 text = f"mkdir -p {shlex.quote(run_out)} && {text} 2>&1 | tee {shlex.quote(run_out + '/console.log')}"
             runs.append(PlannedRun(arm, seed, run_out, text, launcher.log_of(run_out)))
     groups = [" ".join(shlex.quote(r.log) for r in runs if r.arm == arm) for arm in arms]
-    compare = "rlhflab compare " + "".join(f"--map {shlex.quote(m)} " for m in maps) + " -- ".join(groups)
+    # --rank: with one fix the plan still asks for a confirmed cure, not the two-sided verdict
+    compare = "rlhflab compare --rank " + "".join(f"--map {shlex.quote(m)} " for m in maps) + " -- ".join(groups)
     seeds_why = why if count >= MIN_SEEDS else why + f" (fewer than {MIN_SEEDS}: no cure can be confirmed)"
     notes = list(launcher.notes)
     if launcher.tee:
