@@ -4,7 +4,6 @@ tokenizer, and replacing one marked section of docs/benchmarks.md."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -92,11 +91,8 @@ def save_results(results: dict, out: Path, doc: Path, section: tuple[str, str], 
     replace_section(doc, *section, text)
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson's score interval for a binomial proportion (Wilson 1927)."""
-    if n == 0:
-        return math.nan, math.nan
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """Wilson's score interval for a binomial proportion, 95% (Wilson 1927)."""
+    from rlhflab.studies.pairwise import wilson_interval
+
+    return wilson_interval(k, n)

@@ -1,5 +1,5 @@
-"""`rlhflab rate STUDY --port 0` in a process of its own, its links read from its output:
-the real server, for the browser tests and bench/rating_server.py."""
+"""`rlhflab rate STUDY --port 0` (or `rlhflab pair`) in a process of its own, its links read
+from its output: the real server, for the browser tests and bench/rating_server.py."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ LINK = re.compile(r"^(\S+): (http://\S+/r/(\S+)/)$")
 class Server:
     """`rlhflab rate STUDY --port 0` in its own process, its links read from its output."""
 
-    def __init__(self, study: Path, raters: int = 2) -> None:
+    def __init__(self, study: Path, raters: int = 2, command: str = "rate") -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "rlhflab.cli", "rate", str(study), "--port", "0", "--raters", str(raters)],
+            [sys.executable, "-m", "rlhflab.cli", command, str(study), "--port", "0", "--raters", str(raters)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.links: dict[str, str] = {}
         while len(self.links) < raters:

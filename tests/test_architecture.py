@@ -22,7 +22,7 @@ LAYERS = (
     {"models", "engines"},
     {"studies.judges"},  # judges load models: they sit above them, beside nothing that trains
     {"sources"},
-    {"ppo", "stages"},
+    {"sample", "ppo", "stages"},  # sample: a model's responses to prompts (a run's from sources), trains nothing
     {"faults", "faults.zoo", "checkup"},
     {"pipeline"},
     {"verify"},

@@ -152,3 +152,65 @@ def test_a_killed_server_loses_no_rating_and_comes_back_with_the_same_links(stud
     finally:
         second.stop()
     assert ratings(study, "person-1") == [6] * 5 + [2] * 7  # 4 bins x 3 items
+
+
+# --- pair studies: the same app, two responses side by side ----------------------------------
+@pytest.fixture
+def pair_study(tmp_path: Path) -> Path:
+    prompts = [f"the film was {k}" for k in range(6)]
+    for name, texts in (("calm", ["a gentle and moving story ."]), ("wild", [HOSTILE, "dull & slow <b>x</b>"])):
+        (tmp_path / f"{name}.jsonl").write_text("".join(
+            json.dumps({"step": 0, "prompt": p, "response": f"{texts[k % len(texts)]} ({k})"}) + "\n"
+            for k, p in enumerate(prompts)))
+    directory = tmp_path / "pairs"
+    built = subprocess.run([sys.executable, "-m", "rlhflab.cli", "pair", str(tmp_path / "calm.jsonl"),
+                            str(tmp_path / "wild.jsonl"), "--study", str(directory), "--ratings-per-item", "1",
+                            "--repeat-every", "0", "--no-serve"], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    return directory
+
+
+def choices(study: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(study / "study.sqlite") as conn:
+        return conn.execute("SELECT r.choice, i.left_side FROM ratings r JOIN items i ON i.id = r.item_id "
+                            "ORDER BY r.id").fetchall()
+
+
+def test_comparing_by_keyboard_and_by_mouse_keeps_the_system_not_the_side(browser, pair_study: Path, tmp_path: Path):
+    server = Server(pair_study, raters=1, command="pair")
+    errors: list[str] = []
+    try:
+        page = browser.new_page(viewport={"width": 1100, "height": 700})
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        page.goto(server.links["person-1"])
+        assert page.locator("#response-a").inner_text() and page.locator("#response-b").inner_text()
+        with page.expect_navigation():
+            page.keyboard.press("a")  # A: the left response
+        with page.expect_navigation():
+            page.get_by_role("button", name="B is better").click()  # the mouse: the right one
+        with page.expect_navigation():
+            page.keyboard.press("t")  # T: about the same
+        page.keyboard.press("Tab")  # Tab reaches the first choice, then the next
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.value") == "right"
+        with page.expect_navigation():
+            page.keyboard.press("Enter")
+        with page.expect_navigation():
+            page.keyboard.press("x")  # X: both bad
+        shown = page.locator("#response-a").inner_text() + page.locator("#response-b").inner_text()
+        assert "<script>" in shown or "<b>" in shown  # model text shown as text
+        assert page.locator(".response script, .response img, .response b").count() == 0
+        assert page.evaluate("window.pwned") is None and not errors
+        assert "5 compared" in page.locator("#progress").inner_text()
+        page.screenshot(path=str(tmp_path / "pair_page.png"), full_page=True)
+        if os.environ.get("RLHFLAB_SCREENSHOTS"):
+            shutil.copy(tmp_path / "pair_page.png", Path(os.environ["RLHFLAB_SCREENSHOTS"]) / "pair_page.png")
+        for path in ("/", "/r/not-a-token/"):
+            assert page.goto(server.base + path).status == 403
+        page.close()
+    finally:
+        server.stop()
+    other = {"a": "b", "b": "a"}
+    answered = choices(pair_study)
+    assert [c for c, _ in answered] == [answered[0][1], other[answered[1][1]], "tie", other[answered[3][1]],
+                                        "both_bad"]

@@ -812,6 +812,8 @@ def compare(
     truth: Optional[Path] = typer.Option(None, "--truth", help="A rating study holding both sides as systems: "
                                          "the truth's change is the change of their mean rating, its interval "
                                          "from resampling the study's items and raters."),
+    rank: bool = typer.Option(False, "--rank", help="Rank the groups after BEFORE as arms, as with several, even "
+                              "when there is one (a cure confirmed or not, as rlhflab ablate says it)."),
 ) -> None:
     """Compare runs before and after a fix, in their noise: each finding of the before side gone, weaker or
     still there; new findings; the change of the truth (gold or held-out score, else the proxy, said) with
@@ -837,7 +839,7 @@ def compare(
     except (LogFormatError, ValueError) as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
-    if len(groups) > 2:
+    if len(groups) > 2 or rank:
         _compare_arms(groups, tables, truth, json_output, html_path)
         return
     before, after = tables
@@ -984,7 +986,7 @@ def rate(
     _studies_extra()
     from rlhflab.doctor.formats import LogFormatError
     from rlhflab.doctor.formats.mapping import parse_map_options
-    from rlhflab.studies.build import open_or_build, parse_sources, study_directory
+    from rlhflab.studies.build import open_or_build, open_rating_study, parse_sources, study_directory
     from rlhflab.studies.design import StudyError, parse_scale
     from rlhflab.studies.store import Study
 
@@ -994,7 +996,7 @@ def rate(
         parsed = parse_sources(sources or [])
         directory = study_directory(study, parsed)
         if results:
-            _print_study_results(Study.open(directory), json_output)
+            _print_study_results(open_rating_study(directory), json_output)
             return
         asked = {k: v for k, v in dict(bins=bins, per_bin=per_bin, ratings_per_item=ratings_per_item,
                                        repeat_every=repeat_every, seed=seed).items() if v is not None}
@@ -1005,10 +1007,7 @@ def rate(
     except (StudyError, LogFormatError) as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
-    for system in added:
-        console.print(f"added {system.name} ({system.format}: {escape(system.source)})")
-    console.print(f"study {directory}: {len(opened.systems())} systems, {opened.item_count()} items, "
-                  f"{len(links)} rater links")
+    _announce_study(opened, added, links, f"study {directory}", "items")
     if judges:
         _run_judges(opened, judges, template, label, tokenizer)
         return
@@ -1016,10 +1015,264 @@ def rate(
         _interchange(opened, export, out, import_file)
         return
     if no_serve:
-        for rater in links:
-            typer.echo(f"{rater.name}\t/r/{rater.token}/")
+        _print_links(links)
         return
     _serve_study(opened, links, host, port)
+
+
+SAMPLE_HELP = """A local model's responses to a prompt file, as a sample file.
+
+    rlhflab sample MODEL_DIR --prompts FILE --out SAMPLES.jsonl   # any HF causal LM, or a LoRA adapter dir
+    rlhflab sample RUN                     # RUN/samples/stage1.jsonl and policy.jsonl, the run's settings
+
+Prompt files hold `prompt` records (strings, or messages through the model's chat template).
+Seeded: each prompt's response has a random stream of its own. The settings are written beside
+the samples (SAMPLES.jsonl.settings.json); a rerun resumes, skipping prompts already written.
+Exit code 2 for bad input."""
+
+
+@app.command(help=SAMPLE_HELP)
+def sample(
+    source: Path = typer.Argument(..., help="A model directory (or LoRA adapter directory), or an rlhflab run."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file (.jsonl/.parquet of `prompt`); "
+                                           "a run's default: its held-out prompts."),
+    out: Optional[Path] = typer.Option(None, "--out", help="The sample file to write (JSONL); a run's default: "
+                                       "RUN/samples/{stage1,policy}.jsonl."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature (default 1, or "
+                                                "the run's ppo.temperature)."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1, help="Tokens per response at most "
+                                                 "(default 32, or the run's ppo.response_length)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed (default 0, or the run's seed)."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Prompts sampled at once."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N, or auto (a GPU where there is one)."),
+) -> None:
+    _training_stack()
+    from dataclasses import replace
+
+    from rlhflab.runs import RunDir
+    from rlhflab.sample import SampleError, SamplingSettings, load_model, prompts_from_file, run_sampling
+
+    asked = {k: v for k, v in dict(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed).items()
+             if v is not None}
+    try:
+        if RunDir(source).config.is_file():
+            models, run_prompts, settings, gold = run_sampling(source)
+            jobs = [(path, source / "samples" / f"{name}.jsonl") for name, path in models.items()]
+            if out is not None:
+                raise SampleError("--out is for a model directory; a run's samples go to RUN/samples/")
+        else:
+            if prompts is None or out is None:
+                raise SampleError("sampling a model directory needs --prompts FILE and --out SAMPLES.jsonl")
+            jobs, run_prompts, settings, gold = [(source, out)], None, SamplingSettings(), None
+        settings = replace(settings, batch_size=batch_size, device=device, **asked)
+        for model_dir, target in jobs:
+            model, tokenizer = load_model(model_dir)
+            texts = prompts_from_file(prompts, tokenizer) if prompts is not None else run_prompts
+            _sample_one(model, tokenizer, texts, target, settings, str(model_dir),
+                        str(prompts) if prompts is not None else "the run's held-out prompts", gold)
+    except SampleError as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+
+
+def _sample_one(model, tokenizer, texts, target: Path, settings, model_name: str, prompts_name: str, gold) -> None:
+    from rlhflab.progress import progress_bar
+    from rlhflab.sample import sample_to_file, settings_path
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with progress_bar(f"sample {target.name}", len(texts)) as bar:
+        done = sample_to_file(model, tokenizer, texts, target, settings, model_name=model_name,
+                              prompts_name=prompts_name, gold=gold, advance=bar.advance)
+    resumed = f" ({done.already} already there)" if done.already else ""
+    console.print(f"wrote {done.written} responses to {escape(str(target))}{resumed}; settings in "
+                  f"{escape(str(settings_path(target)))}")
+
+
+PAIR_HELP = """Blind side-by-side comparisons of two or more systems' responses to the same prompts.
+
+    rlhflab pair A B [C ...] --study DIR     # build the study and serve it to raters
+    rlhflab pair DIR --results [--json]      # win rates, strengths, the side's pull, raters
+    rlhflab pair DIR --export prefs.jsonl    # prompt/chosen/rejected for rlhflab reward --preferences
+
+Each system is [NAME=]PATH: a sample file (any the doctor reads), an rlhflab run (its
+policy, sampled on --prompts FILE or else its held-out prompts), or a model directory
+(sampled on --prompts FILE).
+With K systems every prompt gets all K(K-1)/2 pairs; which side each response is shown on is
+drawn per item and kept. Exit code 2 for bad input."""
+
+
+@app.command(help=PAIR_HELP)
+def pair(
+    sources: Optional[list[str]] = typer.Argument(None, help="[NAME=]PATH of each system (or a study directory)",
+                                                 show_default=False),
+    study: Optional[Path] = typer.Option(None, "--study", help="The study's directory."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt file the model directories and runs "
+                                           "given are sampled on (rlhflab sample); runs' default: their held-out "
+                                           "prompts."),
+    mapping: Optional[list[str]] = typer.Option(None, "--map", help="THEIRS=sample/FIELD for sample files"),
+    prompts_drawn: Optional[int] = typer.Option(None, "--prompts-drawn", help="Prompts compared (default: every "
+                                                "prompt all systems answered)."),
+    ratings_per_item: Optional[int] = typer.Option(None, "--ratings-per-item", help="Raters per item at least "
+                                                   "(default 3: an odd number has a majority)."),
+    repeat_every: Optional[int] = typer.Option(None, "--repeat-every", help="A repeated item after this many new "
+                                               "ones, for consistency (default 10; 0: never)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seeds the draw of prompts and sides (default 0)."),
+    raters: Optional[int] = typer.Option(None, "--raters", help="Rater links (default: ratings per item)."),
+    results: bool = typer.Option(False, "--results", help="Print the study's results and exit."),
+    json_output: bool = typer.Option(False, "--json", help="With --results: print them as JSON."),
+    export: Optional[Path] = typer.Option(None, "--export", help="Write the comparisons as prompt/chosen/rejected "
+                                          "records to this file (one per item, by majority), and exit."),
+    per_judgement: bool = typer.Option(False, "--per-judgement", help="With --export: one record per decisive "
+                                       "answer instead of one per item."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default loopback only)."),
+    port: int = typer.Option(8765, "--port", help="Port (0: any free one)."),
+    no_serve: bool = typer.Option(False, "--no-serve", help="Build or open the study, print its links, and exit."),
+) -> None:
+    _studies_extra()
+    from rlhflab.doctor.formats import LogFormatError
+    from rlhflab.doctor.formats.mapping import parse_map_options
+    from rlhflab.studies.build import parse_sources
+    from rlhflab.studies.design import StudyError
+    from rlhflab.studies.pairs import build_pair_study
+    from rlhflab.studies.store import Study
+
+    try:
+        if study is None and sources and len(sources) == 1 and Study.exists(Path(sources[0])):
+            study, sources = Path(sources[0]), []
+        if study is None:
+            raise StudyError("give the study's directory with --study DIR")
+        if results or export is not None:
+            opened = Study.open(study)
+            if opened.design.kind != "pair":
+                raise StudyError(f"{study}: a rating study (rlhflab rate {study} --results)")
+            if results:
+                _print_pair_results(opened, json_output)
+            else:
+                _export_pairs(opened, export, per_judgement)
+            return
+        parsed = _sampled_sources(parse_sources(sources or []), prompts, study)
+        asked = {k: v for k, v in dict(prompts_drawn=prompts_drawn, ratings_per_item=ratings_per_item,
+                                       repeat_every=repeat_every, seed=seed).items() if v is not None}
+        opened, added = build_pair_study(study, parsed, asked, parse_map_options(mapping).for_samples())
+        links = opened.ensure_raters(raters or opened.design.ratings_per_item)
+    except (StudyError, LogFormatError) as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    _announce_study(opened, added, links, f"pair study {study}", "pairs to compare")
+    if no_serve:
+        _print_links(links)
+        return
+    _serve_study(opened, links, host, port)
+
+
+def _announce_study(study, added, links, title: str, items: str) -> None:
+    for system in added:
+        console.print(f"added {system.name} ({system.format}: {escape(system.source)})")
+    console.print(f"{title}: {len(study.systems())} systems, {study.item_count()} {items}, {len(links)} rater links")
+
+
+def _print_links(links) -> None:
+    """Each rater's link path, for a server the user runs elsewhere (--no-serve)."""
+    for rater in links:
+        typer.echo(f"{rater.name}\t/r/{rater.token}/")
+
+
+def _sampled_sources(sources, prompts: Optional[Path], study: Path):
+    """Each source as a sample file: a run's policy sampled on its held-out prompts (once,
+    RUN/samples/policy.jsonl), a model directory on `--prompts` (STUDY/samples/NAME.jsonl)."""
+    from rlhflab.runs import RunDir
+    from rlhflab.studies.build import Source
+    from rlhflab.studies.design import StudyError
+
+    out = []
+    for source in sources:
+        is_run = RunDir(source.path).config.is_file()
+        if not (is_run or (source.path / "config.json").is_file() or (source.path / "adapter_config.json").is_file()):
+            out.append(source)
+            continue
+        _training_stack()
+        from rlhflab.sample import SampleError, load_model, prompts_from_file, run_sampling
+
+        try:
+            if is_run:
+                models, texts, settings, gold = run_sampling(source.path)
+                if "policy" not in models:
+                    raise SampleError(f"{source.path}: no stage3_policy to compare")
+                model_dir = models["policy"]
+                if prompts is None:
+                    target, prompts_name = source.path / "samples" / "policy.jsonl", "the run's held-out prompts"
+                else:  # every system on the same prompts: the run's policy with its own settings
+                    target, prompts_name = study / "samples" / f"{source.name}.jsonl", str(prompts)
+            else:
+                if prompts is None:
+                    raise SampleError(f"{source.path} is a model directory: give --prompts FILE to sample it on")
+                from rlhflab.sample import SamplingSettings
+
+                settings, gold, model_dir = SamplingSettings(), None, source.path
+                target, prompts_name = study / "samples" / f"{source.name}.jsonl", str(prompts)
+            model, tokenizer = load_model(model_dir)
+            if prompts is not None:
+                texts = prompts_from_file(prompts, tokenizer)
+            _sample_one(model, tokenizer, texts, target, settings, str(model_dir), prompts_name, gold)
+        except SampleError as err:
+            raise StudyError(str(err)) from None
+        out.append(Source(source.name, target))
+    return out
+
+
+def _print_pair_results(study, json_output: bool) -> None:
+    import json
+
+    from rich.table import Table
+
+    from rlhflab.studies.pair_results import pair_results
+
+    res = pair_results(study)
+    if json_output:
+        typer.echo(json.dumps(res.to_json(), indent=2))
+        return
+    fmt = lambda v, spec=".2f": "-" if v is None else format(v, spec)  # noqa: E731
+    table = Table(title="each pair: A's win rate over B (one majority vote per item)")
+    for column in ("A", "B", "items", "A wins", "B wins", "win rate", "95% interval", "ties", "both bad", "split",
+                   "unjudged"):
+        table.add_column(column)
+    for p in res.pairs:
+        table.add_row(p.a, p.b, str(p.items), str(p.wins), str(p.losses), fmt(p.rate),
+                      "-" if p.low is None else f"[{p.low:.2f}, {p.high:.2f}]" + (" no preference" if p.no_preference
+                                                                                   else ""),
+                      fmt(p.tie_rate, ".0%"), fmt(p.both_bad_rate, ".0%"), str(p.split), str(p.unjudged))
+    console.print(table)
+    if res.strengths:
+        strengths = Table(title="Bradley-Terry strengths (log scale, mean 0)")
+        for column in ("system", "strength", "95% interval"):
+            strengths.add_column(column)
+        for s in sorted(res.strengths, key=lambda s: -s.strength):
+            strengths.add_row(s.system, f"{s.strength:+.3f}", f"[{s.low:+.3f}, {s.high:+.3f}]")
+        console.print(strengths)
+        console.print(f"[dim]{escape(res.strengths_method)}[/dim]")
+    side = res.side
+    if side.rate is not None:
+        console.print(f"the left side chosen in {side.left} of {side.decisive} decisive answers: {side.rate:.2f} "
+                      f"[{side.low:.2f}, {side.high:.2f}] (0.5: no pull of the side)")
+    raters = Table(title="raters")
+    for column in ("rater", "kind", "answered", "with others", "agrees with their majority", "repeats", "same again"):
+        raters.add_column(column)
+    for r in res.raters:
+        raters.add_row(r.name, r.kind, str(r.answered), str(r.with_others), fmt(r.agreement), str(r.repeats),
+                       fmt(r.repeat_same))
+    console.print(raters)
+    console.print(f"[dim]{escape(res.method)}[/dim]")
+    for note in res.notes:
+        console.print(f"[dim]note: {escape(note)}[/dim]")
+
+
+def _export_pairs(study, out: Path, per_judgement: bool) -> None:
+    from rlhflab.studies.pair_results import export_preferences
+
+    exported = export_preferences(study, out, per_judgement)
+    dropped = ", ".join(f"{n} {why}" for why, n in sorted(exported.dropped.items())) or "none"
+    console.print(f"wrote {exported.written} preference records to {escape(str(out))} (dropped: {dropped}); train "
+                  f"on them with: rlhflab reward --preferences {escape(str(out))}")
 
 
 JUDGE_KINDS = ("rm", "classifier", "lm")

@@ -113,11 +113,19 @@ def load_prompts(
     path: str | os.PathLike[str], *, skip_invalid: bool = False,
     tokenizer: PreTrainedTokenizerBase | None = None, max_tokens: int | None = None,
 ) -> Loaded[PromptRecord]:
-    """Prompts for rollouts: field ``prompt``, at most `max_tokens` tokens when given."""
+    """Prompts for rollouts: field ``prompt``, at most `max_tokens` tokens when given. A
+    prompt given as messages (``[{"role": ..., "content": ...}]``) is rendered by the
+    tokenizer's chat template, ending where the assistant's reply begins."""
     _check_limit_args(tokenizer, max_tokens)
 
     def build(obj: Mapping[str, object], line: int) -> PromptRecord:
-        prompt = _text(obj, "prompt")
+        if isinstance(obj.get("prompt"), list):
+            if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+                raise _Invalid("message prompts need a tokenizer with a chat template",
+                               "a model whose tokenizer has a chat_template, or prompts as plain strings", fatal=True)
+            prompt = _render(tokenizer, _messages(obj, "prompt"))
+        else:
+            prompt = _text(obj, "prompt")
         _check_length(tokenizer, max_tokens, "prompt", prompt)
         return PromptRecord(prompt, line)
 

@@ -5,6 +5,9 @@ Routes (all under a rater's link; anything else is refused with 403):
 - `POST /r/TOKEN/`          a rating from the page's form, then back to the page (303)
 - `GET  /r/TOKEN/api/next`  the same item as JSON, for programs that rate (bots, judges)
 - `POST /r/TOKEN/api/rate`  a rating as JSON
+
+A pair study's page shows one prompt and two responses side by side, and its answer is a
+`choice`: "left", "right", "tie" or "both_bad" (the store keeps it by system).
 - `GET  /r/TOKEN/rate.css`, `/r/TOKEN/rate.js`   the page's own style and keyboard keys
 
 Security is the default: tokens are compared in constant time (`Study.rater_for`); an
@@ -31,7 +34,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from rlhflab.studies.design import UNREADABLE
-from rlhflab.studies.store import Rater, Study
+from rlhflab.studies.store import SIDES, Rater, Study
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
@@ -88,7 +91,7 @@ def create_app(study: Study, allowed_hosts: Sequence[str] = ("127.0.0.1", "local
             return PlainTextResponse(REFUSED, status_code=403)
         served = study.next_item(rater)
         progress = study.progress(rater)
-        html = templates.get_template("rate.html").render(
+        html = templates.get_template(PAGES[study.design.kind]).render(
             design=study.design, served=served, progress=progress, unreadable=UNREADABLE,
             notice=request.query_params.get("notice", ""))
         return HTMLResponse(html)
@@ -98,7 +101,8 @@ def create_app(study: Study, allowed_hosts: Sequence[str] = ("127.0.0.1", "local
         if rater is None:
             return PlainTextResponse(REFUSED, status_code=403)
         form = await request.form()
-        outcome = await run_in_threadpool(_record, study, rater, form.get("serve"), form.get("csrf"), form.get("rating"))
+        outcome = await run_in_threadpool(_record, study, rater, form.get("serve"), form.get("csrf"),
+                                          form.get(ANSWER_FIELD[study.design.kind]))
         if outcome == "forbidden":
             return PlainTextResponse("This answer does not carry the token of the item it answers.", status_code=403)
         notice = "" if outcome in ("recorded", "duplicate") else "?notice=" + outcome
@@ -110,23 +114,32 @@ def create_app(study: Study, allowed_hosts: Sequence[str] = ("127.0.0.1", "local
             return JSONResponse({"error": REFUSED}, status_code=403)
         served = study.next_item(rater)
         progress = study.progress(rater)
-        body = {"done": served is None, "rated": progress.rated, "to_go": progress.to_go,
-                "scale": [study.design.scale_min, study.design.scale_max], "unreadable": UNREADABLE}
+        body = {"done": served is None, "rated": progress.rated, "to_go": progress.to_go, "kind": study.design.kind}
+        if study.design.kind == "pair":
+            body["choices"] = [*SIDES, "tie", "both_bad"]
+        else:
+            body.update(scale=[study.design.scale_min, study.design.scale_max], unreadable=UNREADABLE)
         if served is not None:
-            body.update(serve=served.serve_id, csrf=served.nonce, prompt=served.prompt, response=served.response)
+            body.update(serve=served.serve_id, csrf=served.nonce, prompt=served.prompt)
+            if study.design.kind == "pair":
+                body.update(left=served.sides[0], right=served.sides[1])
+            else:
+                body["response"] = served.response
         return JSONResponse(body)
 
     async def api_rate(request: Request) -> Response:
         rater = rater_of(request)
         if rater is None:
             return JSONResponse({"error": REFUSED}, status_code=403)
+        answer = ANSWER_FIELD[study.design.kind]
+        expected = f"expected a JSON object {{serve, csrf, {answer}}}"
         try:
             body = await request.json()
         except ValueError:
-            return JSONResponse({"error": "expected a JSON object {serve, csrf, rating}"}, status_code=400)
+            return JSONResponse({"error": expected}, status_code=400)
         if not isinstance(body, dict):
-            return JSONResponse({"error": "expected a JSON object {serve, csrf, rating}"}, status_code=400)
-        outcome = await run_in_threadpool(_record, study, rater, body.get("serve"), body.get("csrf"), body.get("rating"))
+            return JSONResponse({"error": expected}, status_code=400)
+        outcome = await run_in_threadpool(_record, study, rater, body.get("serve"), body.get("csrf"), body.get(answer))
         status = {"recorded": 200, "duplicate": 409, "unknown": 404, "forbidden": 403, "invalid": 400}[outcome]
         return JSONResponse({"outcome": outcome}, status_code=status)
 
@@ -157,8 +170,15 @@ def create_app(study: Study, allowed_hosts: Sequence[str] = ("127.0.0.1", "local
     return Starlette(routes=routes, middleware=middleware)
 
 
-def _record(study: Study, rater: Rater, serve: object, csrf: object, rating: object) -> str:
-    valid, value = parse_rating(rating, study)
+PAGES = {"rating": "rate.html", "pair": "pair.html"}
+ANSWER_FIELD = {"rating": "rating", "pair": "choice"}
+
+
+def _record(study: Study, rater: Rater, serve: object, csrf: object, answer: object) -> str:
+    if study.design.kind == "pair":
+        valid, value = answer in (*SIDES, "tie", "both_bad"), answer
+    else:
+        valid, value = parse_rating(answer, study)
     try:
         serve_id = int(str(serve))
     except ValueError:
@@ -169,4 +189,6 @@ def _record(study: Study, rater: Rater, serve: object, csrf: object, rating: obj
         return "forbidden"
     if not valid:
         return "invalid"
+    if study.design.kind == "pair":
+        return study.record_choice(rater, serve_id, csrf, value)
     return study.record(rater, serve_id, csrf, value)

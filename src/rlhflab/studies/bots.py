@@ -61,6 +61,11 @@ class StudyClient:
                                           "rating": UNREADABLE if rating is None else rating})
         return body.get("outcome", "error")
 
+    def choose(self, serve: int, csrf: str, choice: str) -> str:
+        """A pair study's answer: "left", "right", "tie" or "both_bad"."""
+        _, body = self._call("api/rate", {"serve": serve, "csrf": csrf, "choice": choice})
+        return body.get("outcome", "error")
+
 
 @dataclass
 class BotReport:
@@ -81,6 +86,24 @@ def rate_until_done(client: StudyClient, policy: Policy, limit: int | None = Non
         else:
             report.refused.append(outcome)
             break
+    return report
+
+
+PairPolicy = Callable[[str, str, str], str]  # (prompt, left, right) -> "left", "right", "tie" or "both_bad"
+
+
+def compare_until_done(client: StudyClient, policy: PairPolicy, limit: int | None = None) -> BotReport:
+    """Answer every pair the study serves this rater (or `limit` of them)."""
+    report = BotReport()
+    while limit is None or report.recorded < limit:
+        item = client.next()
+        if item["done"]:
+            break
+        outcome = client.choose(item["serve"], item["csrf"], policy(item["prompt"], item["left"], item["right"]))
+        if outcome != "recorded":
+            report.refused.append(outcome)
+            break
+        report.recorded += 1
     return report
 
 
@@ -117,6 +140,28 @@ class WorldRater:
         return self.scale_min + bisect.bisect_right(self.cuts, noisy)
 
 
+@dataclass
+class WorldComparer:
+    """The simulated labeler of a pair: each response's gold utility plus noise of its own
+    (Thurstone's comparative judgement, 1927, case V); the higher wins, and a difference
+    within `tie_margin` is a tie. The same noise as `WorldRater`'s, in the same unit."""
+
+    utility: Callable[[str, str], float]
+    noise: float
+    seed: int
+    tie_margin: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    def __call__(self, prompt: str, left: str, right: str) -> str:
+        difference = (self.utility(prompt, left) + self._rng.gauss(0.0, self.noise)) - \
+            (self.utility(prompt, right) + self._rng.gauss(0.0, self.noise))
+        if abs(difference) <= self.tie_margin:
+            return "tie"
+        return "left" if difference > 0 else "right"
+
+
 def quantile_cuts(reference: Sequence[float], points: int) -> list[float]:
     """The `points - 1` inner quantiles of `reference`: the scale's boundaries."""
     ordered = sorted(reference)
@@ -127,14 +172,7 @@ def world_raters(run: Path, reference: Sequence[tuple[str, str]], scale: tuple[i
                  noise: float = WORLD_NOISE, seed: int = 0) -> list[WorldRater]:
     """`count` independent simulated raters for a run of the embedded world; `reference`:
     stage-1 samples (prompt, response) that set the scale's quantiles and the noise's unit."""
-    from rlhflab.worlds.reviews import ReviewsWorld, WorldConfig
-
-    info = json.loads((Path(run) / "world" / "world.json").read_text(encoding="utf-8"))
-    world = ReviewsWorld(WorldConfig(**info["config"]))
-
-    def utility(prompt: str, response: str) -> float:
-        return world.gold([prompt], [response])[0]
-
+    utility = world_utility(run)
     utilities = [utility(p, r) for p, r in reference]
     if len(utilities) < 2:
         raise ValueError("the simulated rater needs at least two stage-1 samples to set its scale")
@@ -142,3 +180,24 @@ def world_raters(run: Path, reference: Sequence[tuple[str, str]], scale: tuple[i
     spread = statistics.pstdev(utilities)
     return [WorldRater(utility, cuts, scale[0], noise * spread, derive_seed(seed, "world-rater", str(k)))
             for k in range(count)]
+
+
+def world_comparers(run: Path, reference: Sequence[tuple[str, str]], count: int, noise: float = WORLD_NOISE,
+                    seed: int = 0) -> list[WorldComparer]:
+    """`count` independent simulated labelers of pairs for a run of the embedded world; the
+    noise's unit is the spread of the gold utility over `reference` (stage-1 samples)."""
+    utility = world_utility(run)
+    utilities = [utility(p, r) for p, r in reference]
+    if len(utilities) < 2:
+        raise ValueError("the simulated labeler needs at least two stage-1 samples to set its noise")
+    spread = statistics.pstdev(utilities)
+    return [WorldComparer(utility, noise * spread, derive_seed(seed, "world-comparer", str(k))) for k in range(count)]
+
+
+def world_utility(run: Path) -> Callable[[str, str], float]:
+    """The gold utility u(prompt, response) of a run's world."""
+    from rlhflab.worlds.reviews import ReviewsWorld, WorldConfig
+
+    info = json.loads((Path(run) / "world" / "world.json").read_text(encoding="utf-8"))
+    world = ReviewsWorld(WorldConfig(**info["config"]))
+    return lambda prompt, response: world.gold([prompt], [response])[0]

@@ -103,7 +103,7 @@ def open_or_build(directory: Path, sources: Sequence[Source], asked: Mapping[str
     `asked`: the design fields given on the command line (the rest are the defaults); an
     existing study keeps the design it was built with, and asking for another is an error."""
     if Study.exists(directory):
-        study = Study.open(directory)
+        study = open_rating_study(directory)
         differ = {k: v for k, v in asked.items() if getattr(study.design, k) != v}
         if differ:
             held = ", ".join(f"{k} = {getattr(study.design, k)!r}, not {v!r}" for k, v in differ.items())
@@ -124,3 +124,11 @@ def open_or_build(directory: Path, sources: Sequence[Source], asked: Mapping[str
     drawn = draw_sources(sources, design, mapping)
     study = Study.create(directory, design)
     return study, add_drawn(study, drawn)
+
+
+def open_rating_study(directory: Path) -> Study:
+    """The rating study at `directory` (a pair study there is said, with its command)."""
+    study = Study.open(directory)
+    if study.design.kind != "rating":
+        raise StudyError(f"{directory}: a {study.design.kind} study; read it with rlhflab pair {directory}")
+    return study

@@ -13,6 +13,11 @@ rater's own (a hash of their seed and the item), so each rater's sequence mixes 
 systems. After every `repeat_every` new items, one they rated at least four items ago
 comes back as a repeat, which measures their consistency and is left out of means and
 agreement.
+
+A pair study (design kind "pair") serves the same way; its items hold two systems'
+responses to one prompt (`system_id`'s as A, `system_b_id`'s as B) and the side A is shown on,
+drawn per item and kept (`left_side`); an answer is a `choice` of "a", "b", "tie" or
+"both_bad", stored by system, never by side, so the side's effect can be measured.
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ from rlhflab.studies.design import DrawnItem, StepBin, StudyDesign, StudyError
 
 DESIGN_FILE = "study.toml"
 DATABASE_FILE = "study.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RaterKind = Literal["person", "bot", "tool", "judge"]  # tool: a person rating in an annotation tool (imported)
 Outcome = Literal["recorded", "duplicate", "unknown", "forbidden", "invalid"]
+CHOICES: tuple[str, ...] = ("a", "b", "tie", "both_bad")
+SIDES = ("left", "right")
 
 SCHEMA = """
 CREATE TABLE systems (
@@ -58,7 +65,10 @@ CREATE TABLE items (
     prompt TEXT NOT NULL,
     response TEXT NOT NULL,
     reward REAL,                        -- the proxy the trainer optimised, where the samples hold it
-    gold REAL                           -- a truth beside it, where the samples hold one
+    gold REAL,                          -- a truth beside it, where the samples hold one
+    system_b_id INTEGER REFERENCES systems(id),  -- a pair study's second system (B); NULL in a rating study
+    response_b TEXT,                    -- B's response to the same prompt
+    left_side TEXT                      -- 'a' or 'b': whose response the page shows on the left
 );
 CREATE TABLE raters (
     id INTEGER PRIMARY KEY,
@@ -86,11 +96,21 @@ CREATE TABLE ratings (
                                         -- NULL: "unreadable/broken", or a judge with no rating on the scale
     score REAL,                         -- a judge's raw output on its own scale (a reward model's score)
     repeat INTEGER NOT NULL,
-    rated_at REAL NOT NULL
+    rated_at REAL NOT NULL,
+    choice TEXT                         -- a pair study's answer: a, b, tie or both_bad (by system, not side)
 );
 CREATE INDEX ratings_by_item ON ratings (item_id, repeat);
 CREATE INDEX ratings_by_rater ON ratings (rater_id, repeat);
 """
+
+
+MIGRATIONS = {
+    1: ("ALTER TABLE items ADD COLUMN system_b_id INTEGER REFERENCES systems(id)",
+        "ALTER TABLE items ADD COLUMN response_b TEXT", "ALTER TABLE items ADD COLUMN left_side TEXT",
+        "ALTER TABLE ratings ADD COLUMN choice TEXT"),
+}
+"""Schema version -> the statements that bring a study of that version to the next: a study
+built before pair studies opens as it was, with the new columns empty."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +138,39 @@ class Served:
     nonce: str
     prompt: str
     response: str
+    repeat: bool
+    response_b: str | None = None  # a pair study's B response
+    left_side: str | None = None  # "a" or "b": whose response is shown on the left
+
+    @property
+    def sides(self) -> tuple[str, str]:
+        """(left, right) texts of a pair item."""
+        a, b = self.response, self.response_b or ""
+        return (a, b) if self.left_side == "a" else (b, a)
+
+
+@dataclass(frozen=True)
+class PairItem:
+    """A pair study's item as it is drawn: two systems' responses to one prompt."""
+
+    system_a: str
+    system_b: str
+    prompt: str
+    response_a: str
+    response_b: str
+    left_side: str  # "a" or "b"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One answer of a pair study with what results need (read back for analysis only)."""
+
+    rater_id: int
+    item_id: int
+    system_a: str
+    system_b: str
+    choice: str  # a, b, tie, both_bad
+    left_side: str
     repeat: bool
 
 
@@ -182,8 +235,13 @@ class Study:
             raise StudyError(f"{directory}: no study here (expected {DATABASE_FILE}; build one with "
                              "rlhflab rate SAMPLES... --study DIR)")
         study = cls(directory, StudyDesign.from_toml(directory / DESIGN_FILE))
-        with study._connection() as conn:
+        with study._write() as conn:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
+            while version in MIGRATIONS:
+                for statement in MIGRATIONS[version]:
+                    conn.execute(statement)
+                version += 1
+                conn.execute(f"PRAGMA user_version = {version}")
         if version != SCHEMA_VERSION:
             raise StudyError(f"{directory / DATABASE_FILE}: schema version {version}, expected {SCHEMA_VERSION}")
         return study
@@ -229,6 +287,33 @@ class Study:
                 [(secrets.token_hex(8), system_id, i.bin, i.sample.step, i.sample.prompt, i.sample.response,
                   i.sample.reward, i.sample.gold) for i in items])
         return System(system_id, name, source, format_name)
+
+    def add_pairs(self, systems: Sequence[tuple[str, str, str]], pairs: Sequence[PairItem]) -> list[System]:
+        """A pair study's systems ((name, source, format) each) and its items, in one transaction."""
+        with self._write() as conn:
+            added, ids = [], {}
+            for name, source, format_name in systems:
+                if conn.execute("SELECT 1 FROM systems WHERE name = ?", (name,)).fetchone():
+                    raise StudyError(f"{self.directory}: the study already has a system named {name!r}")
+                ids[name] = conn.execute("INSERT INTO systems (name, source, format) VALUES (?, ?, ?)",
+                                         (name, source, format_name)).lastrowid
+                added.append(System(ids[name], name, source, format_name))
+            known = dict(conn.execute("SELECT name, id FROM systems").fetchall())
+            conn.executemany(
+                "INSERT INTO items (key, system_id, bin, step, prompt, response, system_b_id, response_b, left_side) "
+                "VALUES (?, ?, 0, 0, ?, ?, ?, ?, ?)",
+                [(secrets.token_hex(8), known[p.system_a], p.prompt, p.response_a, known[p.system_b], p.response_b,
+                  p.left_side) for p in pairs])
+        return added
+
+    def judgements(self) -> list[Judgement]:
+        """Every answer of a pair study, with its item's systems and sides."""
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT r.rater_id, r.item_id, a.name, b.name, r.choice, i.left_side, r.repeat FROM ratings r "
+                "JOIN items i ON i.id = r.item_id JOIN systems a ON a.id = i.system_id "
+                "JOIN systems b ON b.id = i.system_b_id WHERE r.choice IS NOT NULL ORDER BY r.id").fetchall()
+        return [Judgement(*row[:6], bool(row[6])) for row in rows]
 
     def systems(self) -> list[System]:
         with self._connection() as conn:
@@ -281,11 +366,12 @@ class Study:
     def next_item(self, rater: Rater) -> Served | None:
         """The item to show `rater` now (module docstring), or None when they are done."""
         with self._write() as conn:
-            pending = conn.execute("SELECT s.id, s.nonce, i.prompt, i.response, s.repeat FROM serves s "
-                                   "JOIN items i ON i.id = s.item_id WHERE s.rater_id = ? AND s.answered = 0 "
-                                   "ORDER BY s.id DESC LIMIT 1", (rater.id,)).fetchone()
+            pending = conn.execute("SELECT s.id, s.nonce, i.prompt, i.response, s.repeat, i.response_b, i.left_side "
+                                   "FROM serves s JOIN items i ON i.id = s.item_id "
+                                   "WHERE s.rater_id = ? AND s.answered = 0 ORDER BY s.id DESC LIMIT 1",
+                                   (rater.id,)).fetchone()
             if pending:
-                return Served(pending[0], pending[1], pending[2], pending[3], bool(pending[4]))
+                return Served(pending[0], pending[1], pending[2], pending[3], bool(pending[4]), pending[5], pending[6])
             item_id, repeat = self._repeat_due(conn, rater), True
             if item_id is None:
                 item_id, repeat = self._fresh_item(conn, rater), False
@@ -295,8 +381,9 @@ class Study:
             serve_id = conn.execute("INSERT INTO serves (rater_id, item_id, nonce, repeat, served_at) "
                                     "VALUES (?, ?, ?, ?, ?)", (rater.id, item_id, nonce, int(repeat), time.time())
                                     ).lastrowid
-            prompt, response = conn.execute("SELECT prompt, response FROM items WHERE id = ?", (item_id,)).fetchone()
-        return Served(serve_id, nonce, prompt, response, repeat)
+            prompt, response, response_b, left_side = conn.execute(
+                "SELECT prompt, response, response_b, left_side FROM items WHERE id = ?", (item_id,)).fetchone()
+        return Served(serve_id, nonce, prompt, response, repeat, response_b, left_side)
 
     def _repeat_due(self, conn: sqlite3.Connection, rater: Rater) -> int | None:
         every = self.design.repeat_every
@@ -335,21 +422,41 @@ class Study:
         `nonce` must be the one that item was served with (the page's CSRF token). A
         person's rating is a point of the scale; a judge's may fall between points, and a
         judge may give a raw `score` of its own instead."""
-        if rating is not None and not self._on_scale(rater, rating):
+        if self.design.kind != "rating" or (rating is not None and not self._on_scale(rater, rating)):
             return "invalid"
+        return self._answer(rater, serve_id, nonce, lambda left_side: (rating, score, None))
+
+    def record_choice(self, rater: Rater, serve_id: int, nonce: str, answer: str) -> Outcome:
+        """Store `rater`'s answer to a pair item: "left" or "right" (the side they preferred,
+        kept as the system shown there), "tie" or "both_bad"."""
+        if self.design.kind != "pair" or answer not in (*SIDES, "tie", "both_bad"):
+            return "invalid"
+
+        def choice(left_side: str) -> tuple[None, None, str]:
+            if answer in SIDES:
+                right_side = "b" if left_side == "a" else "a"
+                return None, None, left_side if answer == "left" else right_side
+            return None, None, answer
+
+        return self._answer(rater, serve_id, nonce, choice)
+
+    def _answer(self, rater: Rater, serve_id: int, nonce: str, values) -> Outcome:
+        """One answer in one transaction: `values(left_side)` gives (rating, score, choice)."""
         with self._write() as conn:
-            row = conn.execute("SELECT item_id, nonce, repeat, answered FROM serves WHERE id = ? AND rater_id = ?",
+            row = conn.execute("SELECT s.item_id, s.nonce, s.repeat, s.answered, i.left_side FROM serves s "
+                               "JOIN items i ON i.id = s.item_id WHERE s.id = ? AND s.rater_id = ?",
                                (serve_id, rater.id)).fetchone()
             if row is None:
                 return "unknown"
-            item_id, stored_nonce, repeat, answered = row
+            item_id, stored_nonce, repeat, answered, left_side = row
             if not hmac.compare_digest(stored_nonce.encode(), nonce.encode()):
                 return "forbidden"
             if answered:
                 return "duplicate"
-            conn.execute("INSERT INTO ratings (serve_id, rater_id, item_id, rating, score, repeat, rated_at) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?)", (serve_id, rater.id, item_id, rating, score, repeat,
-                                                          time.time()))
+            rating, score, choice = values(left_side)
+            conn.execute("INSERT INTO ratings (serve_id, rater_id, item_id, rating, score, repeat, rated_at, choice) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (serve_id, rater.id, item_id, rating, score, repeat,
+                                                             time.time(), choice))
             conn.execute("UPDATE serves SET answered = 1 WHERE id = ?", (serve_id,))
         return "recorded"
 
@@ -403,6 +510,7 @@ class Study:
         with self._connection() as conn:
             conn.row_factory = sqlite3.Row
             rows = conn.execute("SELECT i.id, i.key, s.name AS system, i.bin, i.step, i.prompt, i.response, i.reward, "
-                                "i.gold "
-                                "FROM items i JOIN systems s ON s.id = i.system_id ORDER BY i.id").fetchall()
+                                "i.gold, b.name AS system_b, i.response_b, i.left_side "
+                                "FROM items i JOIN systems s ON s.id = i.system_id "
+                                "LEFT JOIN systems b ON b.id = i.system_b_id ORDER BY i.id").fetchall()
         return [dict(row) for row in rows]

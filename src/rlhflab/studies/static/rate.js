@@ -1,4 +1,5 @@
-// Number keys rate and U marks the response unreadable; each item's form is sent once.
+// A key named by a button's data-key answers with it (number keys and U on a rating page,
+// A, B, T and X on a pair page); each item's form is sent once.
 "use strict";
 document.addEventListener("DOMContentLoaded", () => {
   const form = document.getElementById("rating-form");
