@@ -301,3 +301,147 @@ def test_each_kind_of_study_is_read_by_its_own_command(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["pair", str(study.directory), "--results", "--json"])
     assert done.value.code in (0, None) and json.loads(capsys.readouterr().out)["systems"] == ["a", "b"]
+
+
+# --- a comparison study as compare's truth ------------------------------------------------------
+def two_sides(tmp_path: Path, before_wins: bool, runaway_before: bool = False) -> tuple[Path, Path, Path]:
+    """Logs before and after a fix, each beside the samples its system was built from, and a
+    comparison study of the two that one labeler answered: the side named preferred on 50 of 60."""
+    from test_compare import run_log
+
+    logs = []
+    for name, runaway in (("before", runaway_before), ("after", False)):
+        home = tmp_path / name
+        home.mkdir()
+        logs.append(run_log(home, "log", 1 if name == "before" else 2, runaway=runaway))
+        write_samples(home / "gens.jsonl", {f"prompt {k}": f"{name} says {k}" for k in range(60)})
+    study, _ = build_pair_study(tmp_path / "cmp", [Source("before", tmp_path / "before" / "gens.jsonl"),
+                                                   Source("after", tmp_path / "after" / "gens.jsonl")],
+                                {"ratings_per_item": 1, "repeat_every": 0})
+    preferred = "before" if before_wins else "after"
+    other = "after" if before_wins else "before"
+    answer_all(study, study.add_rater(),
+               lambda prompt, a, b: preferred if int(prompt.split()[1]) < 50 else other)
+    return logs[0], logs[1], study.directory
+
+
+def test_compare_takes_the_after_sides_win_rate_as_the_truth(tmp_path, capsys):
+    from rlhflab.cli import main
+
+    before, after, study = two_sides(tmp_path, before_wins=False, runaway_before=True)
+    with pytest.raises(SystemExit) as done:
+        main(["compare", str(before), "--", str(after), "--truth", str(study), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    truth = result["truth"]
+    low, high = wilson_interval(50, 60)
+    assert truth["metric"] == "preference" and truth["after_end"] == pytest.approx(50 / 60)
+    assert (truth["low"], truth["high"]) == pytest.approx((low - 0.5, high - 0.5)) and truth["significant"]
+    assert result["verdict"] == "fixed" and done.value.code == 0  # the finding gone, and people prefer after
+    with pytest.raises(SystemExit):
+        main(["compare", str(before), "--", str(after), "--truth", str(study)])
+    said = " ".join(capsys.readouterr().err.split())
+    assert "after preferred in 83% [72%, 91%] of 60 decided comparisons: a preference" in said
+
+
+def test_before_preferred_is_worse_whatever_the_findings_say(tmp_path, capsys):
+    from rlhflab.cli import main
+
+    before, after, study = two_sides(tmp_path, before_wins=True, runaway_before=True)
+    with pytest.raises(SystemExit) as done:
+        main(["compare", str(before), "--", str(after), "--truth", str(study), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert result["verdict"] == "worse" and done.value.code == 1
+    assert all(f["status"] == "gone" for f in result["findings"])  # the finding is gone, people disagree
+
+
+# --- judges that compare ------------------------------------------------------------------------
+def test_a_judge_that_reads_the_order_is_asked_both_and_its_position_bias_is_measured(tmp_path):
+    from rlhflab.studies.pair_judges import FunctionPairJudge, judge_pairs
+
+    study = build(tmp_path, prompts=12, ratings_per_item=1)
+    first_always = FunctionPairJudge("first-always", lambda prompt, left, right: "left", reads_order=True)
+    report = judge_pairs(study, first_always)
+    assert report.answered == 12 and len(report.single_order) == 24
+    assert report.position_bias()[0] == 1.0  # it always chose the first shown...
+    assert {j.choice for j in study.judgements()} == {"tie"}  # ...so the two orders never agree
+    fair = FunctionPairJudge("prefers-b", lambda prompt, left, right: "left" if left.startswith("b") else "right",
+                             reads_order=True)
+    judge_pairs(study, fair)
+    person = study.add_rater()
+    answer_all(study, person, lambda prompt, a, b: "b" if int(prompt.split()[1]) < 9 else "a")
+    result = pair_results(study)  # people only; the judges are measured against them
+    assert result.pairs[0].losses == 9 and result.pairs[0].wins == 3
+    agreement = {j.name: j for j in result.judges}
+    assert agreement["prefers-b"].items == 12 and agreement["prefers-b"].agreement == pytest.approx(9 / 12)
+    assert agreement["first-always"].agreement == 0.0
+
+
+def test_a_reward_model_judge_prefers_the_higher_score_and_answers_every_pair(smoke_run, tmp_path):
+    from rlhflab.studies.judges import RewardModelJudge
+    from rlhflab.studies.pair_judges import RewardModelPairJudge, judge_pairs
+
+    run = smoke_run.root
+    study = build(tmp_path, prompts=8, ratings_per_item=1)
+    judge = RewardModelPairJudge(run / "stage2_rm", run / "stage1_lm")
+    assert judge_pairs(study, judge).answered == 8
+    scorer = RewardModelJudge(run / "stage2_rm", run / "stage1_lm")
+    for item, judged in zip(study.items(), study.judgements()):
+        a, b = scorer.judge(item["prompt"], item["response"]).score, scorer.judge(item["prompt"], item["response_b"]).score
+        assert judged.choice == ("a" if a > b else "b" if b > a else "tie")
+    assert judge_pairs(study, judge).answered == 0  # run again: it resumes, nothing left
+
+
+def test_a_language_model_judge_reads_the_next_token_probabilities_of_its_labels(tmp_path):
+    import torch
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from rlhflab.studies.pair_judges import LanguageModelPairJudge, judge_pairs
+
+    words = ["<unk>", "<pad>", "<bos>", "<eos>", "A", "B", "prompt", "says", "a", "b", "which", "is", "better:"]
+    words += [str(k) for k in range(10)]
+    backend = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>",
+                                        bos_token="<bos>", eos_token="<eos>")
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, n_positions=64, vocab_size=len(words),
+                                       bos_token_id=2, eos_token_id=3, pad_token_id=1)).eval()
+    model.save_pretrained(tmp_path / "judge")
+    tokenizer.save_pretrained(tmp_path / "judge")
+    template = "{prompt} {first} {second} which is better: "
+    judge = LanguageModelPairJudge(tmp_path / "judge", template)
+    p_a, p_b = judge.label_probabilities("prompt 1", "a says 1", "b says 1")
+    context = judge._encode(template.format(prompt="prompt 1", first="a says 1", second="b says 1"))
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([context])).logits[0, -1]
+    expected = torch.softmax(logits[[4, 5]], dim=-1)  # the labels' tokens, renormalised over the two
+    assert (p_a, p_b) == pytest.approx(tuple(expected.tolist()), abs=1e-6)
+    study = build(tmp_path, prompts=5, ratings_per_item=1)
+    assert judge_pairs(study, judge).answered == 5
+    with pytest.raises(Exception, match="not two tokens"):
+        LanguageModelPairJudge(tmp_path / "judge", template, labels=("X", "Y")).label_probabilities("p", "a", "b")
+
+
+def test_verify_by_preference_samples_both_policies_and_a_judge_gives_the_verdicts_truth(smoke_run, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run.root, run)
+    done = subprocess.run([sys.executable, "-m", "rlhflab.cli", "verify", str(run), "--fix", "ppo.kl_coef=0.05",
+                           "--quiet", "--pair", "--judge", f"world:{run}"], capture_output=True, text=True)
+    assert done.returncode in (0, 1, 3), done.stderr
+    said = " ".join(done.stderr.split())
+    assert "truth (after's win rate over before in" in said and "verdict:" in said
+    study = Study.open(tmp_path / "run-verify" / "studies" / "pairs")
+    assert [s.name for s in study.systems()] == ["run", "run-verify"]
+    assert len(study.judgements()) == study.item_count() > 0  # the judge answered every pair
+    assert (run / "samples" / "policy.jsonl").is_file() and (tmp_path / "run-verify" / "samples" / "policy.jsonl").is_file()
+    without = subprocess.run([sys.executable, "-m", "rlhflab.cli", "verify", str(run), "--fix", "ppo.kl_coef=0.05",
+                              "--quiet", "--pair"], capture_output=True, text=True)
+    assert without.returncode == 0, without.stderr
+    assert "/r/" in without.stdout and "--truth" in " ".join(without.stderr.split())  # links, and what to run next

@@ -580,6 +580,12 @@ def verify(
     fix: list[str] = typer.Option(..., "--fix", help="Dotted override, e.g. ppo.kl_coef=0.2 (repeatable)"),
     out: Optional[Path] = typer.Option(None, "--out", help="Rerun directory (default RUN-verify)"),
     quiet: bool = typer.Option(False, "--quiet"),
+    pair: bool = typer.Option(False, "--pair", help="Then a comparison study of both policies on the run's held-out "
+                              "prompts (RERUN/studies/pairs): its links printed, or with --judge answered at once "
+                              "and its preference the truth of the verdict."),
+    judge: Optional[str] = typer.Option(None, "--judge", help="With --pair: KIND:PATH, as for rlhflab pair "
+                                        "(rm:DIR, lm:DIR with --template, world:RUN)."),
+    template: Optional[Path] = typer.Option(None, "--template", help="With --judge lm:DIR: the pairwise template."),
 ) -> None:
     """Rerun RUN's config with the same seeds and the fix; compare the diagnoses."""
     _training_stack()
@@ -597,7 +603,51 @@ def verify(
     console.print(f"verify {' '.join(fix)}: {run} -> {result.rerun}")
     if not result.comparison.findings:
         console.print("the original run had no finding")
+    if judge is not None and not pair:
+        console.print("[red]error:[/red] --judge answers a comparison study: give --pair too")
+        raise typer.Exit(2)
+    if pair:
+        _verify_by_preference(run, result, judge, template)
+        return
     print_comparison(result.comparison)
+
+
+def _verify_by_preference(run: Path, result, judge_spec: Optional[str], template: Optional[Path]) -> None:
+    """verify --pair: both policies sampled on the run's held-out prompts, a comparison study
+    of the two; with a judge, answered at once and its preference the verdict's truth."""
+    _studies_extra()
+    from rlhflab.doctor.compare import compare_tables
+    from rlhflab.doctor.diagnose import read_and_diagnose
+    from rlhflab.studies.build import Source
+    from rlhflab.studies.design import StudyError
+    from rlhflab.studies.pair_results import preference_change
+    from rlhflab.studies.pairs import build_pair_study
+
+    study_dir = Path(result.rerun) / "studies" / "pairs"
+    before, after = Path(run).resolve().name, Path(result.rerun).resolve().name
+    try:
+        sources = _sampled_sources([Source(before, Path(run)), Source(after, Path(result.rerun))], None, study_dir)
+        study, _ = build_pair_study(study_dir, sources, {})
+        links = study.ensure_raters(study.design.ratings_per_item)
+    except StudyError as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    if judge_spec is None:
+        print_comparison(result.comparison)
+        console.print(f"comparison study {study_dir}: {study.item_count()} pairs; serve it to people with: "
+                      f"rlhflab pair {study_dir}; then: rlhflab compare {run} -- {result.rerun} --truth {study_dir}")
+        _print_links(links)
+        return
+    _judge_pairs(study, judge_spec, template, Path(run) / "stage1_lm")
+    try:
+        truth = preference_change(study, [before], [after], kinds=("judge",))
+    except StudyError as err:
+        console.print(f"[red]error:[/red] {escape(str(err))}")
+        raise typer.Exit(2) from None
+    comparison = compare_tables([read_and_diagnose(Path(run))[0]], [read_and_diagnose(Path(result.rerun))[0]],
+                                truth=truth)
+    print_comparison(comparison)
+    raise typer.Exit(comparison.exit_code)
 
 
 @app.command()
@@ -809,9 +859,10 @@ def compare(
     html_path: Optional[Path] = typer.Option(None, "--html", help="Write both sides' curves, overlaid, with the "
                                              "findings marked, to this file."),
     mapping: Optional[list[str]] = typer.Option(None, "--map", help="As for `rlhflab doctor`, for both sides."),
-    truth: Optional[Path] = typer.Option(None, "--truth", help="A rating study holding both sides as systems: "
-                                         "the truth's change is the change of their mean rating, its interval "
-                                         "from resampling the study's items and raters."),
+    truth: Optional[Path] = typer.Option(None, "--truth", help="A study holding both sides as systems: a rating "
+                                         "study (the change of their mean rating, its interval from resampling "
+                                         "items and raters) or a comparison study (rlhflab pair: the after side's "
+                                         "win rate, Wilson's interval; before preferred makes it worse)."),
     rank: bool = typer.Option(False, "--rank", help="Rank the groups after BEFORE as arms, as with several, even "
                               "when there is one (a cure confirmed or not, as rlhflab ablate says it)."),
 ) -> None:
@@ -1127,6 +1178,12 @@ def pair(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default loopback only)."),
     port: int = typer.Option(8765, "--port", help="Port (0: any free one)."),
     no_serve: bool = typer.Option(False, "--no-serve", help="Build or open the study, print its links, and exit."),
+    judges: Optional[list[str]] = typer.Option(None, "--judge", help="KIND:PATH: answer every pair with a judge and "
+                                               "exit: rm (a reward model dir: the higher score wins), lm (a causal "
+                                               "LM asked with --template, both orders), world (a world run's "
+                                               "simulated labeler)."),
+    template: Optional[Path] = typer.Option(None, "--template", help="With --judge lm:DIR: the prompt, with "
+                                            "{prompt}, {first}, {second}, ending where the letter A or B follows."),
 ) -> None:
     _studies_extra()
     from rlhflab.doctor.formats import LogFormatError
@@ -1159,6 +1216,11 @@ def pair(
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
     _announce_study(opened, added, links, f"pair study {study}", "pairs to compare")
+    if judges:
+        for spec in judges:
+            _judge_pairs(opened, spec, template)
+        _print_pair_results(opened, json_output=False)
+        return
     if no_serve:
         _print_links(links)
         return
@@ -1175,6 +1237,54 @@ def _print_links(links) -> None:
     """Each rater's link path, for a server the user runs elsewhere (--no-serve)."""
     for rater in links:
         typer.echo(f"{rater.name}\t/r/{rater.token}/")
+
+
+PAIR_JUDGE_KINDS = ("rm", "lm", "world")
+
+
+def _judge_pairs(study, spec: str, template: Optional[Path], tokenizer: Optional[Path] = None):
+    """`--judge KIND:PATH`: every pair answered by the judge (studies/pair_judges.py), its position bias said."""
+    from rlhflab.studies.design import StudyError
+    from rlhflab.studies.pair_judges import FunctionPairJudge, LanguageModelPairJudge, RewardModelPairJudge, judge_pairs
+
+    kind, _, path = spec.partition(":")
+    try:
+        if kind not in PAIR_JUDGE_KINDS or not path:
+            raise StudyError(f"--judge {spec}: expected KIND:PATH with KIND one of {', '.join(PAIR_JUDGE_KINDS)}")
+        if kind == "world":
+            from rlhflab.studies.bots import WORLD_NOISE, WorldComparer, world_utility
+
+            utility = world_utility(Path(path))
+            items = study.items()
+            spread = _spread([utility(i["prompt"], r) for i in items for r in (i["response"], i["response_b"])])
+            judge = FunctionPairJudge(f"world:{Path(path).resolve()}", WorldComparer(utility, WORLD_NOISE * spread, 0))
+        else:
+            _training_stack()
+            if kind == "lm":
+                if template is None:
+                    raise StudyError("--judge lm:DIR needs --template FILE")
+                judge = LanguageModelPairJudge(Path(path), template.read_text(encoding="utf-8"))
+            else:
+                judge = RewardModelPairJudge(Path(path), tokenizer)
+        from rlhflab.progress import progress_bar
+
+        with progress_bar(f"judge {judge.name}", study.item_count()) as bar:
+            report = judge_pairs(study, judge, bar.advance)
+    except (StudyError, OSError, ValueError) as err:
+        console.print(f"[red]error:[/red] --judge {escape(spec)}: {escape(str(err))}")
+        raise typer.Exit(2) from None
+    rate, low, high, decisive = report.position_bias()
+    if rate is not None:
+        asked = "both orders asked, an answer kept where they agree" if judge.reads_order else "one order asked"
+        console.print(f"{escape(judge.name)}: chose the first shown in {rate:.0%} [{low:.0%}, {high:.0%}] of "
+                      f"{decisive} decisive answers ({asked})")
+    return judge
+
+
+def _spread(values: list[float]) -> float:
+    import statistics
+
+    return statistics.pstdev(values) if len(values) > 1 else 1.0
 
 
 def _sampled_sources(sources, prompts: Optional[Path], study: Path):
@@ -1261,6 +1371,13 @@ def _print_pair_results(study, json_output: bool) -> None:
         raters.add_row(r.name, r.kind, str(r.answered), str(r.with_others), fmt(r.agreement), str(r.repeats),
                        fmt(r.repeat_same))
     console.print(raters)
+    if res.judges:
+        judged = Table(title="judges against the people's majority per item")
+        for column in ("judge", "items", "agreement", "95% interval"):
+            judged.add_column(column)
+        for j in res.judges:
+            judged.add_row(j.name, str(j.items), fmt(j.agreement), "-" if j.low is None else f"[{j.low:.2f}, {j.high:.2f}]")
+        console.print(judged)
     console.print(f"[dim]{escape(res.method)}[/dim]")
     for note in res.notes:
         console.print(f"[dim]note: {escape(note)}[/dim]")
@@ -1419,12 +1536,16 @@ def _study_truth_change(directory: Path, before_runs: list[str], after_runs: lis
 
     try:
         study = Study.open(directory)
-        hint = "name each system as its run's directory or log file (rlhflab rate NAME=PATH)"
+        hint = "name each system as its run's directory or log file (rlhflab rate NAME=PATH, rlhflab pair NAME=PATH)"
         sides = [[match_system(study, Path(r), how_to_name=hint) for r in runs] for runs in (before_runs, after_runs)]
         if set(sides[0]) & set(sides[1]):
             raise StudyError(f"{directory}: the runs before and after match the same system "
                              f"({', '.join(sorted(set(sides[0]) & set(sides[1])))}); give runs that are systems of "
                              "their own (rlhflab rate NAME=RUN ... --add)")
+        if study.design.kind == "pair":  # the truth is which side people prefer
+            from rlhflab.studies.pair_results import preference_change
+
+            return preference_change(study, sides[0], sides[1])
         for tables, systems in ((before, sides[0]), (after, sides[1])):
             for table, system in zip(tables, systems):
                 attach_truth(table, rated_truth(study, system))
@@ -1446,7 +1567,11 @@ def print_comparison(result) -> None:
     if result.new_findings:
         console.print("new findings after the fix: " + ", ".join(result.new_findings))
     t = result.truth
-    if t is not None:
+    if t is not None and t.metric == "preference":
+        held = "a preference" if t.significant else "no preference beyond its interval"
+        headline, _, rest = t.method.partition("; ")
+        console.print(f"truth ({escape(t.which)}): {escape(headline)}: {held} [dim]({escape(rest)})[/dim]")
+    elif t is not None:
         matched = f"; at matched steps {t.at_matched_steps:+.4g}" if t.at_matched_steps is not None else ""
         held = {True: "a change", False: "within its noise", None: "cannot tell"}[t.significant]
         console.print(f"truth ({t.metric}, the {t.which}): {t.before_end:.4g} -> {t.after_end:.4g}, change "

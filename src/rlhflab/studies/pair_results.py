@@ -18,7 +18,9 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rlhflab.doctor.compare import TruthChange
 from rlhflab.seeding import derive_seed
+from rlhflab.studies.design import StudyError
 from rlhflab.studies.pairwise import bootstrap_strengths, wilson_interval, win_rate
 from rlhflab.studies.results import HUMAN_KINDS
 from rlhflab.studies.store import Judgement, Study
@@ -81,6 +83,18 @@ class RaterAgreement:
     repeat_same: float | None  # share of repeats answered as the first time
 
 
+@dataclass(frozen=True)
+class JudgeAgreement:
+    """A judge against the people: on the items people decided by majority, the share where
+    the judge's answer is theirs, with Wilson's interval."""
+
+    name: str
+    items: int
+    agreement: float | None
+    low: float | None
+    high: float | None
+
+
 @dataclass
 class PairResults:
     systems: list[str]
@@ -91,9 +105,23 @@ class PairResults:
     raters: list[RaterAgreement]
     method: str
     notes: list[str] = field(default_factory=list)
+    judges: list[JudgeAgreement] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def judge_agreement(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> list[JudgeAgreement]:
+    by_item, _, _ = _fresh_by_item(study, kinds)
+    people = {item: majority([j.choice for j in answers]) for item, answers in by_item.items()}
+    out = []
+    for judge in study.raters("judge"):
+        said = {j.item_id: j.choice for j in study.judgements() if j.rater_id == judge.id and not j.repeat}
+        shared = [i for i, choice in people.items() if choice is not None and i in said]
+        agree = sum(said[i] == people[i] for i in shared)
+        low, high = wilson_interval(agree, len(shared)) if shared else (None, None)
+        out.append(JudgeAgreement(judge.name, len(shared), agree / len(shared) if shared else None, low, high))
+    return out
 
 
 def _fresh_by_item(study: Study, kinds: tuple[str, ...]) -> tuple[dict[int, list[Judgement]], list[Judgement], dict]:
@@ -150,7 +178,8 @@ def pair_results(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> PairResu
               "both-bad as shares of the judged items")
     if not fresh:
         notes.append("no answers yet")
-    return PairResults(systems, pairs, strengths, strengths_method, side, agreement, method, notes)
+    return PairResults(systems, pairs, strengths, strengths_method, side, agreement, method, notes,
+                       judge_agreement(study, kinds) if "judge" not in kinds else [])
 
 
 def _agreement(rater, answers: list[Judgement], by_item: dict[int, list[Judgement]]) -> RaterAgreement:
@@ -206,3 +235,39 @@ def export_preferences(study: Study, out: Path, per_judgement: bool = False,
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     return Exported(len(records), dropped)
+
+
+PREFERENCE = "preference"
+"""The truth's metric when it is a comparison study's: the after side's win rate over before."""
+
+
+def preference_change(study: Study, before: list[str], after: list[str],
+                      kinds: tuple[str, ...] = HUMAN_KINDS) -> TruthChange:
+    """The truth's change from a comparison study: over the items pairing a system of `before`
+    with one of `after`, one majority vote each, the after side's win rate (wins / (wins +
+    losses)) with Wilson's interval; "change" is its distance from 1/2 (no preference), and it
+    is significant when the interval leaves out 1/2. Raters of `kinds` only (people by default)."""
+    by_item, _, _ = _fresh_by_item(study, kinds)
+    wins = losses = ties = judged = 0
+    for item in study.items():
+        sides = {item["system"]: "a", item["system_b"]: "b"}
+        befores, afters = [s for s in sides if s in before], [s for s in sides if s in after]
+        if not (befores and afters) or item["id"] not in by_item:
+            continue
+        judged += 1
+        said = majority([j.choice for j in by_item[item["id"]]])
+        if said == sides[afters[0]]:
+            wins += 1
+        elif said == sides[befores[0]]:
+            losses += 1
+        else:
+            ties += 1
+    if not wins + losses:
+        raise StudyError(f"{study.directory}: no comparison of {', '.join(before)} with {', '.join(after)} was decided "
+                         f"yet ({judged} judged): answer more before comparing")
+    rate = win_rate(wins, losses)
+    method = (f"after preferred in {rate.rate:.0%} [{rate.low:.0%}, {rate.high:.0%}] of {wins + losses} decided "
+              f"comparisons; {ties} tied, split or both bad of {judged} judged in {study.directory}; one majority "
+              "vote per item, Wilson 95%")
+    return TruthChange(PREFERENCE, f"after's win rate over before in {study.directory}", None, 0.5, rate.rate,
+                       rate.rate - 0.5, rate.low - 0.5, rate.high - 0.5, not rate.no_preference, method)
