@@ -82,6 +82,8 @@ bench: $(STAMP) $(TRL_STAMP)
 		--doc docs/benchmarks.md
 	$(PY) bench/trl_plans.py --base runs/bench/demo-seed0 --out runs/trl-plans --doc docs/benchmarks.md
 	$(PY) bench/pair_power.py --studies 20000 --doc docs/studies.md
+	$(PY) bench/preference_bench.py --base runs/bench/demo-seed0 --out runs/preference-bench --seeds 10 \
+		--doc docs/benchmarks.md
 	$(PY) bench/rated_truth.py --hacked runs/bench/demo-seed0-kl0 \
 		--healthy runs/bench/demo-seed0 runs/bench/demo-seed1 runs/bench/demo-seed2 --doc docs/benchmarks.md
 

@@ -242,6 +242,15 @@ def test_ablate_end_to_end_killed_mid_arm_and_resumed(tmp_path):
     page = (run / "ablate" / "report.html").read_text()
     assert "Verdict:" in page and page.index("Verdict:") < page.index("<img") < page.index("Arms, best first")
     assert "Ablation (2 seeds a side)" in (run / "report.html").read_text()
+    # each arm's truth as a judge's preference over the control (the world's simulated labeler)
+    with pytest.raises(SystemExit) as judged:
+        main(["ablate", str(run), "--resume", "--quiet", "--judge", f"world:{run}"])
+    assert judged.value.code in (0, 1, 3)
+    result = json.loads((run / "ablate" / "ablate.json").read_text())
+    for arm in result["arms"]:
+        assert arm["comparison"]["truth"]["metric"] == "preference"
+    study = run / "ablate" / "studies" / "pairs"
+    assert (study / "study.sqlite").is_file() and (run / "ablate" / "control" / "seed0" / "samples" / "policy.jsonl").is_file()
 
 
 def test_a_run_with_nothing_to_ablate_is_refused_before_anything_is_written(smoke_run):

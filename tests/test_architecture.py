@@ -44,13 +44,14 @@ def _module_name(path: Path) -> str:
 
 
 def _unit(module: str) -> str:
-    """`rlhflab.ppo.trainer` -> `ppo`; the fault zoo and its bench are separate units, as are the studies' judges."""
+    """`rlhflab.ppo.trainer` -> `ppo`; the fault zoo and its bench are separate units, as are the studies' judges
+    (of ratings and of pairs)."""
     parts = module.split(".")[1:]
     if not parts:
         return "rlhflab"
     if parts[0] == "faults" and len(parts) > 1:
         return f"faults.{parts[1]}"
-    if parts[:2] == ["studies", "judges"]:
+    if parts[:2] in (["studies", "judges"], ["studies", "pair_judges"]):  # judges load models
         return "studies.judges"
     return parts[0]
 

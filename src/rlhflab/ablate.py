@@ -297,7 +297,8 @@ def latest_onsets(diagnoses: list[Diagnosis]) -> StillThere:
 
 
 def ablate(run_dir: Path, top: int = 3, seeds: int | None = None, fixes: list[str] = (), jobs: int = 1,
-           resume: bool = False, show_progress: bool = True) -> AblationResult:
+           resume: bool = False, show_progress: bool = True, judge: str | None = None,
+           template: str | None = None) -> AblationResult:
     source = RunDir(Path(run_dir))
     root = source.ablate
     plan_path = root / PLAN_FILE
@@ -338,7 +339,8 @@ def ablate(run_dir: Path, top: int = 3, seeds: int | None = None, fixes: list[st
     control_tables = [t for t, _ in control]
     for (_, diagnosis), s in zip(control, plan.seeds):
         write_diagnosis(diagnosis, RunDir(root / CONTROL / f"seed{s}").diagnosis)
-    ranking = rank_arms(control_tables, [(arm, arm_tables[arm.name]) for arm in plan.arms])
+    truths = preference_truths(source, root, plan, judge, template) if judge is not None else None
+    ranking = rank_arms(control_tables, [(arm, arm_tables[arm.name]) for arm in plan.arms], truths=truths)
     result = AblationResult(root, plan, ranking, control_tables, arm_tables)
     summary = ablation_json(result, source)
     write_json(root / "ablate.json", summary)
@@ -347,6 +349,38 @@ def ablate(run_dir: Path, top: int = 3, seeds: int | None = None, fixes: list[st
                           summary)
     write_report(source.root, run_table, run_diagnosis)  # its first screen now says what the ablation confirmed
     return result
+
+
+def preference_truths(source: RunDir, root: Path, plan: Plan, judge: str, template: str | None) -> dict:
+    """Each arm's truth as a judge's preference (`--judge`): the first seed's policy of the
+    control and of every arm sampled on the run's held-out prompts, one comparison study of
+    them all (RUN/ablate/studies/pairs), answered by the judge; an arm's truth is its win rate
+    over the control (studies/pair_results.py `preference_change`). An arm stopped before its
+    policy was saved has none."""
+    from rlhflab.sample import SampleError, load_model, run_sampling, sample_to_file
+    from rlhflab.studies.build import Source
+    from rlhflab.studies.design import StudyError
+    from rlhflab.studies.pair_judges import judge_pairs, make_pair_judge
+    from rlhflab.studies.pair_results import preference_change
+    from rlhflab.studies.pairs import build_pair_study
+
+    sources = []
+    try:
+        for name in [CONTROL] + [a.name for a in plan.arms]:
+            run = root / name / f"seed{plan.seeds[0]}"
+            if not (run / "stage3_policy").is_dir():
+                continue
+            models, prompts, settings, gold = run_sampling(run)
+            model, tokenizer = load_model(models["policy"])
+            out = run / "samples" / "policy.jsonl"
+            sample_to_file(model, tokenizer, prompts, out, settings, model_name=str(models["policy"]),
+                           prompts_name="the run's held-out prompts", gold=gold)
+            sources.append(Source(name, out))
+        study, _ = build_pair_study(root / "studies" / "pairs", sources, {"ratings_per_item": 1, "repeat_every": 0})
+        judge_pairs(study, make_pair_judge(judge, study, template, source.stage1_lm))
+        return {s.name: preference_change(study, [CONTROL], [s.name], kinds=("judge",)) for s in sources[1:]}
+    except (SampleError, StudyError) as err:
+        raise AblateError(f"--judge {judge}: {err}") from None
 
 
 def ablation_json(result: AblationResult, source: RunDir) -> dict:

@@ -662,6 +662,10 @@ def ablate(
     resume: bool = typer.Option(False, "--resume", help="Continue an ablation that was cut (or add seeds)."),
     json_out: bool = typer.Option(False, "--json", help="Print ablate.json."),
     quiet: bool = typer.Option(False, "--quiet"),
+    judge: Optional[str] = typer.Option(None, "--judge", help="KIND:PATH (as for rlhflab pair): each arm's truth is "
+                                        "its preference over the control, a judge comparing their first seeds' "
+                                        "policies on the run's held-out prompts."),
+    template: Optional[Path] = typer.Option(None, "--template", help="With --judge lm:DIR: the pairwise template."),
 ) -> None:
     """The doctor's candidate fixes, one at a time, over seeds, against a control: the confirmed
     cause, or "no setting cures it". Writes RUN/ablate/ (ablate.json, report.html)."""
@@ -677,7 +681,8 @@ def ablate(
         raise typer.Exit(2)
     try:
         with _interruptible():
-            result = run_ablate(run, top, seeds, fix or [], jobs, resume, show_progress=not quiet)
+            result = run_ablate(run, top, seeds, fix or [], jobs, resume, show_progress=not quiet, judge=judge,
+                                template=template.read_text(encoding="utf-8") if template else None)
     except (ConfigError, AblateError) as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
@@ -1239,33 +1244,15 @@ def _print_links(links) -> None:
         typer.echo(f"{rater.name}\t/r/{rater.token}/")
 
 
-PAIR_JUDGE_KINDS = ("rm", "lm", "world")
-
-
 def _judge_pairs(study, spec: str, template: Optional[Path], tokenizer: Optional[Path] = None):
     """`--judge KIND:PATH`: every pair answered by the judge (studies/pair_judges.py), its position bias said."""
     from rlhflab.studies.design import StudyError
-    from rlhflab.studies.pair_judges import FunctionPairJudge, LanguageModelPairJudge, RewardModelPairJudge, judge_pairs
+    from rlhflab.studies.pair_judges import judge_pairs, make_pair_judge
 
-    kind, _, path = spec.partition(":")
     try:
-        if kind not in PAIR_JUDGE_KINDS or not path:
-            raise StudyError(f"--judge {spec}: expected KIND:PATH with KIND one of {', '.join(PAIR_JUDGE_KINDS)}")
-        if kind == "world":
-            from rlhflab.studies.bots import WORLD_NOISE, WorldComparer, world_utility
-
-            utility = world_utility(Path(path))
-            items = study.items()
-            spread = _spread([utility(i["prompt"], r) for i in items for r in (i["response"], i["response_b"])])
-            judge = FunctionPairJudge(f"world:{Path(path).resolve()}", WorldComparer(utility, WORLD_NOISE * spread, 0))
-        else:
+        if not spec.startswith("world:"):
             _training_stack()
-            if kind == "lm":
-                if template is None:
-                    raise StudyError("--judge lm:DIR needs --template FILE")
-                judge = LanguageModelPairJudge(Path(path), template.read_text(encoding="utf-8"))
-            else:
-                judge = RewardModelPairJudge(Path(path), tokenizer)
+        judge = make_pair_judge(spec, study, template.read_text(encoding="utf-8") if template else None, tokenizer)
         from rlhflab.progress import progress_bar
 
         with progress_bar(f"judge {judge.name}", study.item_count()) as bar:
@@ -1279,12 +1266,6 @@ def _judge_pairs(study, spec: str, template: Optional[Path], tokenizer: Optional
         console.print(f"{escape(judge.name)}: chose the first shown in {rate:.0%} [{low:.0%}, {high:.0%}] of "
                       f"{decisive} decisive answers ({asked})")
     return judge
-
-
-def _spread(values: list[float]) -> float:
-    import statistics
-
-    return statistics.pstdev(values) if len(values) > 1 else 1.0
 
 
 def _sampled_sources(sources, prompts: Optional[Path], study: Path):
