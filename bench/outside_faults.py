@@ -8,6 +8,8 @@ checkup's probes by the same hands (so not blind to them); and eleven taken from
 reports in other projects' PPO/GRPO code (TRL, OpenRLHF, trlX, veRL: each function's
 docstring cites its issue or pull request), written down before the checkup and the doctor
 were changed to find them. The zoo and the tests' broken implementations were not reused.
+A later set (`--batch invariants`, more public reports) is scored in a section of its own,
+with the commit it was scored at, before the checkup's invariants were walked.
 
     python bench/outside_faults.py --base runs/faults-bench/healthy-seed0 --out runs/outside-faults \\
         [--only NAME ...] [--rescore] [--doc docs/benchmarks.md]
@@ -271,6 +273,62 @@ def minibatches_each_repeated(batch, minibatches, epochs, generator):
     return [order[start : start + size] for start in range(0, batch, size) for _ in range(epochs)]
 
 
+def logits_without_attention_mask(model, input_ids, attention_mask, prompt_len, temperature,
+                                  output_hidden_states=False):
+    """TRL PR #2708, "Fix Attention Masking in GRPO" (https://github.com/huggingface/trl/pull/2708):
+    the policy's and the reference's logprobs were taken with no attention mask (nor positions)
+    on left-padded prompts, so a response attended to its row's padding and its logprobs
+    depended on how much padding the row had; the sampler masked it."""
+    from rlhflab.models.precision import autocast
+
+    with autocast(input_ids.device):
+        out = model(input_ids=input_ids, use_cache=False, output_hidden_states=output_hidden_states)
+    logits = out.logits[:, prompt_len - 1 : -1].float() / temperature
+    return logits, out.hidden_states[-1][:, prompt_len - 1 : -1].float() if output_hidden_states else None
+
+
+def logits_with_response_positions_left_padded(model, input_ids, attention_mask, prompt_len, temperature,
+                                               output_hidden_states=False):
+    """veRL PR #4243, "[sglang, rollout] fix: use right padding for response_position_ids"
+    (https://github.com/verl-project/verl/pull/4243, issue #4159): the responses were right-padded
+    but their position ids left-padded, so in a batch of mixed lengths a shorter response's
+    tokens were read at positions shifted by its padding (here: each response token's position
+    moved on by its row's response padding, clamped to the model's last position)."""
+    from rlhflab.models.forward import position_ids_from_mask
+    from rlhflab.models.precision import autocast
+
+    positions = position_ids_from_mask(attention_mask)
+    positions[:, prompt_len:] += (~attention_mask[:, prompt_len:].bool()).sum(1, keepdim=True)
+    limit = getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
+    with autocast(input_ids.device):
+        out = model(input_ids=input_ids, attention_mask=attention_mask.long(), position_ids=positions.clamp_max(limit - 1),
+                    use_cache=False, output_hidden_states=output_hidden_states)
+    logits = out.logits[:, prompt_len - 1 : -1].float() / temperature
+    return logits, out.hidden_states[-1][:, prompt_len - 1 : -1].float() if output_hidden_states else None
+
+
+def policy_loss_over_the_grid(logprobs, old_logprobs, advantages, mask, clip_eps):
+    """TRL PR #6024, "fix(grpo): correct DAPO/CISPO/VESPO loss normalization ..."
+    (https://github.com/huggingface/trl/pull/6024), and veRL PR #5877 (the legacy FSDP actor's
+    token-mean normalised per micro-batch, https://github.com/verl-project/verl/pull/5877): a
+    token-sum loss divided by the wrong count. Here the sum over real tokens is divided by the
+    padded grid's size, B x T, not by the real tokens: every step shrinks by the share of
+    real tokens, more so as responses shorten."""
+    from rlhflab.ppo import losses
+
+    loss, stats = losses.policy_loss(logprobs, old_logprobs, advantages, mask, clip_eps)
+    return loss * mask.sum() / mask.numel(), stats
+
+
+def prompts_with_bos_text(source, n: int, seed: int) -> list[str]:
+    """veRL PR #3682, "[data] fix: Remove duplicated bos tokens in `RLHFDataset`"
+    (https://github.com/verl-project/verl/pull/3682; NeMo-RL issue #855 the same): the prompt
+    text already held the BOS token (the chat template wrote it) and the tokenizer added its
+    own, so every prompt began with two."""
+    bos = source.tokenizer().bos_token
+    return [bos + p for p in source.prompts(n, seed)]
+
+
 @dataclass(frozen=True)
 class Bug:
     component: str  # the doctor's component it belongs to
@@ -278,6 +336,7 @@ class Bug:
     code: dict
     config: tuple[str, ...] = ()  # dotted overrides the bug needs to show (a target for a controller bug)
     public: bool = False  # taken from a public bug report in another project
+    batch: str = ""  # a later set, scored and kept in a section of its own ("" : the first two sets)
 
 
 BUGS = {
@@ -327,6 +386,17 @@ BUGS = {
                                   {"reward_transform": standardise_with_default_stats}, public=True),
     "minibatches_each_repeated": Bug("ppo_hyperparameters", "every epoch on one minibatch before the next",
                                      {"minibatch_schedule": minibatches_each_repeated}, public=True),
+    # a third set from public bug reports, scored before the checkup's invariants were walked
+    "logits_without_attention_mask": Bug("logprob_bookkeeping", "the training forward with no attention mask",
+                                         {"response_logits": logits_without_attention_mask}, public=True,
+                                         batch="invariants"),
+    "response_positions_left_padded": Bug("logprob_bookkeeping", "response positions shifted by the row's padding",
+                                          {"response_logits": logits_with_response_positions_left_padded},
+                                          public=True, batch="invariants"),
+    "policy_loss_over_the_grid": Bug("ppo_hyperparameters", "the policy loss's token sum over the padded grid's size",
+                                     {"policy_loss": policy_loss_over_the_grid}, public=True, batch="invariants"),
+    "prompts_with_bos_text": Bug("prompt_data", "every prompt begun with two BOS tokens",
+                                 {"prompts": prompts_with_bos_text}, public=True, batch="invariants"),
 }
 
 
@@ -422,8 +492,25 @@ def _table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def markers(batch: str) -> tuple[str, str]:
+    return (START, END) if not batch else (f"<!-- outside faults {batch}:start -->", f"<!-- outside faults {batch}:end -->")
+
+
+def render_batch(out: Path, batch: str, commit: str) -> str:
+    """A later set's section: its bugs' rows, scored by the code at `commit`."""
+    start, end = markers(batch)
+    rows = [json.loads((out / f"{name}.json").read_text()) for name, bug in BUGS.items()
+            if bug.batch == batch and (out / f"{name}.json").is_file()]
+    lines = [start, f"### Bugs outside the zoo: the set `{batch}` ({len(rows)}), scored at commit {commit}", "",
+             f"Command: `python bench/outside_faults.py --base RUN --out runs/outside-faults --batch {batch} --doc "
+             "docs/benchmarks.md` (2-core CPU, demo preset, seed 0), as the section above; the doctor and the "
+             "checkup as they were at that commit.", "", *_summary(rows), "", *_table(rows)]
+    return "\n".join(lines + [end]) + "\n"
+
+
 def render(out: Path) -> str:
-    rows = [json.loads((out / f"{name}.json").read_text()) for name in BUGS if (out / f"{name}.json").is_file()]
+    rows = [json.loads((out / f"{name}.json").read_text()) for name, bug in BUGS.items()
+            if not bug.batch and (out / f"{name}.json").is_file()]
     healthy = rows[0]["healthy_gain"] if rows else float("nan")
     public = [r for r in rows if r.get("public")]
     own = [r for r in rows if not r.get("public")]
@@ -450,12 +537,19 @@ def main() -> None:
     parser.add_argument("--doc", type=Path, default=None)
     parser.add_argument("--render-only", action="store_true", help="only write the table of OUT's results")
     parser.add_argument("--rescore", action="store_true", help="check and diagnose OUT's trained runs again")
+    parser.add_argument("--batch", default="", help="a later set of bugs only (their own section of the doc)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.render_only:
-        for name in args.only or BUGS:
+        for name in args.only or [n for n, bug in BUGS.items() if bug.batch == args.batch]:
             run_bug(name, args.base, args.out, args.rescore)
-    if args.doc is not None:
+    if args.doc is not None and args.batch:
+        import subprocess
+
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip()
+        replace_section(args.doc, *markers(args.batch), render_batch(args.out, args.batch, commit))
+    elif args.doc is not None:
         replace_section(args.doc, START, END, render(args.out))
 
 
