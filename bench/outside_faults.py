@@ -496,13 +496,13 @@ def markers(batch: str) -> tuple[str, str]:
     return (START, END) if not batch else (f"<!-- outside faults {batch}:start -->", f"<!-- outside faults {batch}:end -->")
 
 
-def render_batch(out: Path, batch: str, commit: str) -> str:
+def render_batch(out: Path, batch: str, commit: str, base: Path) -> str:
     """A later set's section: its bugs' rows, scored by the code at `commit`."""
     start, end = markers(batch)
     rows = [json.loads((out / f"{name}.json").read_text()) for name, bug in BUGS.items()
             if bug.batch == batch and (out / f"{name}.json").is_file()]
     lines = [start, f"### Bugs outside the zoo: the set `{batch}` ({len(rows)}), scored at commit {commit}", "",
-             f"Command: `python bench/outside_faults.py --base RUN --out runs/outside-faults --batch {batch} --doc "
+             f"Command: `python bench/outside_faults.py --base {base} --out runs/outside-faults --batch {batch} --doc "
              "docs/benchmarks.md` (2-core CPU, demo preset, seed 0), as the section above; the doctor and the "
              "checkup as they were at that commit.", "", *_summary(rows), "", *_table(rows)]
     return "\n".join(lines + [end]) + "\n"
@@ -548,7 +548,7 @@ def main() -> None:
 
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                 text=True).stdout.strip()
-        replace_section(args.doc, *markers(args.batch), render_batch(args.out, args.batch, commit))
+        replace_section(args.doc, *markers(args.batch), render_batch(args.out, args.batch, commit, args.base))
     elif args.doc is not None:
         replace_section(args.doc, START, END, render(args.out))
 
