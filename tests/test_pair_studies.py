@@ -445,3 +445,17 @@ def test_verify_by_preference_samples_both_policies_and_a_judge_gives_the_verdic
                               "--quiet", "--pair"], capture_output=True, text=True)
     assert without.returncode == 0, without.stderr
     assert "/r/" in without.stdout and "--truth" in " ".join(without.stderr.split())  # links, and what to run next
+
+
+def test_pair_with_a_judge_answers_at_once_and_gives_the_judges_results(smoke_run, tmp_path, capsys):
+    from rlhflab.cli import main
+
+    a, b = systems(tmp_path, "ab", 10)
+    with pytest.raises(SystemExit) as done:
+        main(["pair", f"a={a.path}", f"b={b.path}", "--study", str(tmp_path / "judged"), "--judge",
+              f"world:{smoke_run.root}"])
+    assert done.value.code in (0, None)
+    said = " ".join(capsys.readouterr().err.split())
+    assert "as the judge(s) answered" in said  # (texts the world scores alike: ties, so no side bias to say)
+    (outcome,) = pair_results(Study.open(tmp_path / "judged"), kinds=("judge",)).pairs
+    assert outcome.wins + outcome.losses + outcome.ties == 10 and outcome.unjudged == 0

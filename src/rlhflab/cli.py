@@ -1224,7 +1224,8 @@ def pair(
     if judges:
         for spec in judges:
             _judge_pairs(opened, spec, template)
-        _print_pair_results(opened, json_output=False)
+        console.print("as the judge(s) answered (people's answers, where there are any: rlhflab pair STUDY --results):")
+        _print_pair_results(opened, json_output=False, kinds=("judge",))
         return
     if no_serve:
         _print_links(links)
@@ -1311,14 +1312,14 @@ def _sampled_sources(sources, prompts: Optional[Path], study: Path):
     return out
 
 
-def _print_pair_results(study, json_output: bool) -> None:
+def _print_pair_results(study, json_output: bool, kinds: Optional[tuple[str, ...]] = None) -> None:
     import json
 
     from rich.table import Table
 
     from rlhflab.studies.pair_results import pair_results
 
-    res = pair_results(study)
+    res = pair_results(study) if kinds is None else pair_results(study, kinds)
     if json_output:
         typer.echo(json.dumps(res.to_json(), indent=2))
         return
