@@ -71,6 +71,7 @@ def test_bootstrap_intervals_cover_known_strengths_90_to_99_percent_of_the_time(
         assert used == 200
         covered += int(((low <= truth) & (truth <= high)).sum())
         total += len(truth)
+    print(f"the 95% intervals held the truth {covered} of {total} times ({covered / total:.3f})")
     assert 0.90 <= covered / total <= 0.99, covered / total
 
 

@@ -35,6 +35,10 @@ def _training_stack() -> None:
     logging.disable_progress_bar()
 
 PresetOption = typer.Option("demo", "--preset", help="smoke (under a minute), demo (default) or full.")
+# A study's server (rlhflab rate, rlhflab pair).
+HostOption = typer.Option("127.0.0.1", "--host", help="Address to listen on (default loopback only).")
+PortOption = typer.Option(8765, "--port", help="Port (0: any free one).")
+NoServeOption = typer.Option(False, "--no-serve", help="Build or open the study, print its links, and exit.")
 ConfigOption = typer.Option(None, "--config", help="TOML config file (sections seed, world, pretrain, reward, ppo).")
 OverridesArgument = typer.Argument(None, help="Dotted overrides, e.g. ppo.kl_coef=0.02", show_default=False)
 
@@ -1020,9 +1024,9 @@ def rate(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seeds the draw of items (default 0)."),
     raters: Optional[int] = typer.Option(None, "--raters", help="Rater links (one per person; default: ratings "
                                          "per item). Reopening with more adds links."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default loopback only)."),
-    port: int = typer.Option(8765, "--port", help="Port (0: any free one)."),
-    no_serve: bool = typer.Option(False, "--no-serve", help="Build or open the study, print its links, and exit."),
+    host: str = HostOption,
+    port: int = PortOption,
+    no_serve: bool = NoServeOption,
     judges: Optional[list[str]] = typer.Option(None, "--judge", help="KIND:DIR: rate every item with a local model "
                                                "and exit: rm (a reward model dir), classifier (any sequence "
                                                "classifier), lm (a causal LM asked with --template)."),
@@ -1180,9 +1184,9 @@ def pair(
                                           "records to this file (one per item, by majority), and exit."),
     per_judgement: bool = typer.Option(False, "--per-judgement", help="With --export: one record per decisive "
                                        "answer instead of one per item."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default loopback only)."),
-    port: int = typer.Option(8765, "--port", help="Port (0: any free one)."),
-    no_serve: bool = typer.Option(False, "--no-serve", help="Build or open the study, print its links, and exit."),
+    host: str = HostOption,
+    port: int = PortOption,
+    no_serve: bool = NoServeOption,
     judges: Optional[list[str]] = typer.Option(None, "--judge", help="KIND:PATH: answer every pair with a judge and "
                                                "exit: rm (a reward model dir: the higher score wins), lm (a causal "
                                                "LM asked with --template, both orders), world (a world run's "

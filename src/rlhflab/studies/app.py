@@ -34,7 +34,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from rlhflab.studies.design import UNREADABLE
-from rlhflab.studies.store import SIDES, Rater, Study
+from rlhflab.studies.store import ANSWERS, Rater, Study
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
@@ -116,7 +116,7 @@ def create_app(study: Study, allowed_hosts: Sequence[str] = ("127.0.0.1", "local
         progress = study.progress(rater)
         body = {"done": served is None, "rated": progress.rated, "to_go": progress.to_go, "kind": study.design.kind}
         if study.design.kind == "pair":
-            body["choices"] = [*SIDES, "tie", "both_bad"]
+            body["choices"] = list(ANSWERS)
         else:
             body.update(scale=[study.design.scale_min, study.design.scale_max], unreadable=UNREADABLE)
         if served is not None:
@@ -176,7 +176,7 @@ ANSWER_FIELD = {"rating": "rating", "pair": "choice"}
 
 def _record(study: Study, rater: Rater, serve: object, csrf: object, answer: object) -> str:
     if study.design.kind == "pair":
-        valid, value = answer in (*SIDES, "tie", "both_bad"), answer
+        valid, value = answer in ANSWERS, answer
     else:
         valid, value = parse_rating(answer, study)
     try:

@@ -165,18 +165,14 @@ def make_pair_judge(spec: str, study: Study, template: str | None = None,
                     tokenizer: Path | None = None) -> PairJudge:
     """The judge `KIND:PATH` names: `world:RUN` (the world's simulated labeler, its noise unit
     the spread of the gold utility over `study`'s responses), `rm:DIR`, `lm:DIR` (with `template`)."""
-    import statistics
-
     kind, _, path = spec.partition(":")
     if kind not in PAIR_JUDGE_KINDS or not path:
         raise StudyError(f"--judge {spec}: expected KIND:PATH with KIND one of {', '.join(PAIR_JUDGE_KINDS)}")
     if kind == "world":
-        from rlhflab.studies.bots import WORLD_NOISE, WorldComparer, world_utility
+        from rlhflab.studies.bots import world_comparers
 
-        utility = world_utility(Path(path))
-        values = [utility(i["prompt"], r) for i in study.items() for r in (i["response"], i["response_b"])]
-        spread = statistics.pstdev(values) if len(values) > 1 else 1.0
-        return FunctionPairJudge(f"world:{Path(path).resolve()}", WorldComparer(utility, WORLD_NOISE * spread, 0))
+        responses = [(i["prompt"], r) for i in study.items() for r in (i["response"], i["response_b"])]
+        return FunctionPairJudge(f"world:{Path(path).resolve()}", world_comparers(Path(path), responses, 1)[0])
     if kind == "lm":
         if template is None:
             raise StudyError("--judge lm:DIR needs --template FILE")

@@ -39,8 +39,9 @@ DATABASE_FILE = "study.sqlite"
 SCHEMA_VERSION = 2
 RaterKind = Literal["person", "bot", "tool", "judge"]  # tool: a person rating in an annotation tool (imported)
 Outcome = Literal["recorded", "duplicate", "unknown", "forbidden", "invalid"]
-CHOICES: tuple[str, ...] = ("a", "b", "tie", "both_bad")
 SIDES = ("left", "right")
+ANSWERS = (*SIDES, "tie", "both_bad")
+"""A pair study's answers as the page and the API take them (stored by system: a, b, tie, both_bad)."""
 
 SCHEMA = """
 CREATE TABLE systems (
@@ -429,7 +430,7 @@ class Study:
     def record_choice(self, rater: Rater, serve_id: int, nonce: str, answer: str) -> Outcome:
         """Store `rater`'s answer to a pair item: "left" or "right" (the side they preferred,
         kept as the system shown there), "tie" or "both_bad"."""
-        if self.design.kind != "pair" or answer not in (*SIDES, "tie", "both_bad"):
+        if self.design.kind != "pair" or answer not in ANSWERS:
             return "invalid"
 
         def choice(left_side: str) -> tuple[None, None, str]:
