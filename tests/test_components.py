@@ -1,13 +1,18 @@
-"""The update's schedule and the KL controller's signal are components: the defaults do
-what the trainer did inline, and the trainer uses whatever replaces them."""
+"""The update's schedule, optimiser step and entropy, the KL controller's signal and the reward
+model's training are components: the defaults do what the stages did inline, and the stages use
+whatever replaces them."""
 
 import dataclasses
 
 import torch
 
 from rlhflab.config import load_config
-from rlhflab.ppo.components import PPOComponents, kl_to_reference, shuffled_minibatches
+from rlhflab.data.batching import join_prompt_response
+from rlhflab.models.bradley_terry import bt_loss, pair_scores
+from rlhflab.models.optim import warmup_linear_decay
+from rlhflab.ppo.components import PPOComponents, gradient_step, kl_to_reference, shuffled_minibatches
 from rlhflab.ppo.trainer import load_ppo_state, ppo_iteration
+from rlhflab.stages.reward import run_reward
 from rlhflab.worlds.reviews import ReviewsWorld
 
 
@@ -42,3 +47,89 @@ def test_the_trainer_follows_the_replaced_schedule_and_tells_the_controller_the_
     assert seen == [(config.ppo.batch_size, config.ppo.minibatches, config.ppo.epochs)]
     assert told == [metrics["kl/mean"]] and state.controller.value > before
     assert kl_to_reference(metrics) == metrics["kl/mean"]
+
+
+def test_each_optimiser_step_and_the_reported_entropy_are_the_components_the_trainer_is_given(smoke_run):
+    config = load_config("smoke")
+    steps, entropies = [], []
+
+    def step(optimizer, parameters, loss, max_grad_norm):
+        steps.append(max_grad_norm)
+        return gradient_step(optimizer, parameters, loss, max_grad_norm)
+
+    def entropy(logits, mask):
+        entropies.append(mask.shape)
+        return torch.tensor(7.0)
+
+    components = dataclasses.replace(PPOComponents(), gradient_step=step, entropy=entropy)
+    state = load_ppo_state(config, smoke_run, components)
+    _, metrics = ppo_iteration(state, ReviewsWorld(config.world).prompts(config.ppo.batch_size, 3), 0, 0)
+    assert steps == [config.ppo.max_grad_norm] * (config.ppo.minibatches * config.ppo.epochs)
+    assert len(entropies) == len(steps) and metrics["policy/entropy"] == 7.0
+
+
+def test_gradient_step_starts_from_zero_clips_and_skips_what_is_not_finite():
+    weight = torch.nn.Parameter(torch.tensor([1.0, 1.0]))
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    weight.grad = torch.tensor([100.0, 100.0])  # left from an earlier step: must not count
+    norm = gradient_step(optimizer, [weight], (weight * torch.tensor([3.0, 4.0])).sum(), 1.0)
+    assert float(norm) == 5.0  # the norm of (3, 4) alone, before clipping
+    assert torch.allclose(weight.detach(), torch.tensor([1 - 0.6, 1 - 0.8]))  # one step along (3, 4) / 5
+    before = weight.detach().clone()
+    norm = gradient_step(optimizer, [weight], weight.sum() * float("nan"), 1.0)
+    assert not torch.isfinite(norm) and torch.equal(weight.detach(), before)
+
+
+def test_warmup_linear_decay_is_the_reward_stages_schedule():
+    # by hand: 40 steps, 2 of warm-up, then down to 1/38 of the rate at the last step
+    lrs = [warmup_linear_decay(1.0, step, 20, 2) for step in range(40)]
+    assert lrs[:3] == [0.5, 1.0, 1.0] and abs(lrs[-1] - 1 / 38) < 1e-12
+    assert all(a >= b for a, b in zip(lrs[1:], lrs[2:]))
+
+
+def test_the_reward_stage_reads_its_rows_pairs_loss_and_rate_from_the_components(smoke_run, tmp_path):
+    from rlhflab.models.reward_model import load_reward_model, reward_model_from_lm
+    from rlhflab.pipeline import STAGE_NAMES
+    from rlhflab.ppo.components import COMPONENT_STAGES
+    from rlhflab.runs import RunDir
+    from rlhflab.seeding import derive_seed
+    from rlhflab.verify import first_stage_to_rerun, share_stages
+
+    called = {"rows": 0, "pairs": 0, "loss": 0, "lr": []}
+
+    def rows(*tensors):
+        called["rows"] += 1
+        return join_prompt_response(*tensors)
+
+    def pairs(scores, index, first):
+        called["pairs"] += 1
+        return pair_scores(scores, index, first)
+
+    def loss(chosen, rejected):
+        called["loss"] += 1
+        return bt_loss(chosen, rejected)
+
+    def lr(base, step, steps_per_epoch, epochs):
+        called["lr"].append(step)
+        return 0.0  # no step moves the model
+
+    config = load_config("smoke")
+    run = RunDir(tmp_path / "run")
+    run.create()
+    share_stages(RunDir(smoke_run.root), run, "reward")
+    components = dataclasses.replace(PPOComponents(), comparison_rows=rows, preference_pairs=pairs,
+                                     preference_loss=loss, reward_lr=lr)
+    run_reward(config, run, show_progress=False, components=components)
+    steps = len(called["lr"])
+    assert called["rows"] > 0 and called["pairs"] == called["loss"] == steps > 0
+    assert called["lr"] == list(range(steps))
+    # at rate 0 the saved model is the one stage 2 started from
+    torch.manual_seed(derive_seed(config.seed, "rm-init"))
+    start = reward_model_from_lm(run.stage1_lm).state_dict()
+    saved = load_reward_model(run.stage2_rm).state_dict()
+    assert all(torch.equal(start[name], saved[name]) for name in start)
+    # a swap of a stage-2 component reruns stage 2; of a PPO component, stage 3
+    assert {COMPONENT_STAGES[name] for name in ("comparison_rows", "preference_pairs", "preference_loss",
+                                                 "reward_lr")} == {"reward"}
+    assert first_stage_to_rerun({"components.preference_loss": "x:y"}) == "reward"
+    assert first_stage_to_rerun({"components.gae": "x:y"}) == STAGE_NAMES[-1]

@@ -47,7 +47,8 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage("pretrain", "pretrain", ("world", "stage1_lm"),
           lambda c: asdict(run_pretrain(c.config, c.run, c.show_progress, c.cluster))),
-    Stage("reward", "reward", ("stage2_rm",), lambda c: asdict(run_reward(c.config, c.run, c.show_progress, c.cluster))),
+    Stage("reward", "reward", ("stage2_rm",),
+          lambda c: asdict(run_reward(c.config, c.run, c.show_progress, c.cluster, c.components))),
     Stage("ppo", "eval", ("stage3_policy",),
           lambda c: run_ppo(c.config, c.run, c.components, c.show_progress, resume=c.resume, cluster=c.cluster,
                             stop_when=c.stop_when),

@@ -20,7 +20,7 @@ from rlhflab.doctor.findings import Diagnosis
 from rlhflab.doctor.report import write_report
 from rlhflab.faults.zoo import components_for
 from rlhflab.pipeline import STAGE_NAMES, STAGES, StageContext, run_stages
-from rlhflab.ppo.components import record_components
+from rlhflab.ppo.components import COMPONENT_STAGES, record_components
 from rlhflab.runs import RunDir, link_file, link_tree, write_json
 
 
@@ -36,7 +36,8 @@ def first_stage_to_rerun(fix: dict[str, str]) -> str:
     """The earliest stage whose config section the fix touches; a key of no stage's
     section (seed, world, data, fault) may shape any stage, so all rerun. No key at all
     (a fault that replaces PPO code only) reruns the last stage."""
-    sections = {"ppo" if key.startswith("components.") else key.split(".")[0] for key in fix}
+    sections = {COMPONENT_STAGES.get(key.removeprefix("components."), "ppo") if key.startswith("components.")
+                else key.split(".")[0] for key in fix}
     if not sections <= set(STAGE_NAMES):
         return STAGE_NAMES[0]
     return min(sections, key=STAGE_NAMES.index, default=STAGE_NAMES[-1])

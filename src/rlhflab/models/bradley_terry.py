@@ -12,10 +12,11 @@ as one batch element; we take a plain mean over the pairs given.
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["bt_loss"]
+__all__ = ["bt_loss", "pair_scores"]
 
 
 def bt_loss(chosen_scores: Tensor, rejected_scores: Tensor) -> tuple[Tensor, Tensor]:
@@ -40,3 +41,14 @@ def bt_loss(chosen_scores: Tensor, rejected_scores: Tensor) -> tuple[Tensor, Ten
     loss = -F.logsigmoid(margin).mean()
     accuracy = (margin.detach() > 0).to(margin.dtype).mean()
     return loss, accuracy
+
+
+def pair_scores(scores: Tensor, pairs: Tensor, first_preferred: Tensor) -> tuple[Tensor, Tensor]:
+    """Scores of the chosen and rejected response of every pair. (N, K) -> (N*C,), (N*C,)
+
+    `pairs` (C, 2) holds the response indices (i, j) of each pair, the same for every prompt;
+    `first_preferred` (N, C) whether the labeler preferred response i."""
+    first, second = scores[:, pairs[:, 0]], scores[:, pairs[:, 1]]  # (N, C)
+    chosen = torch.where(first_preferred, first, second)
+    rejected = torch.where(first_preferred, second, first)
+    return chosen.flatten(), rejected.flatten()

@@ -22,3 +22,12 @@ def adam(params: Iterable, **kwargs) -> torch.optim.Adam:
     params = list(params)
     return torch.optim.Adam(params, fused=_fusable(params), **kwargs)
 
+
+
+def warmup_linear_decay(base_lr: float, step: int, steps_per_epoch: int, epochs: int) -> float:
+    """The learning rate of step `step` (from 0) of `steps_per_epoch * epochs` steps: a linear
+    warm-up over the first 5% of them (at least one step), then a linear decay that reaches
+    0 after the last step."""
+    total = steps_per_epoch * epochs
+    warmup = max(1, total // 20)
+    return base_lr * min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -14,9 +14,13 @@ import torch
 from torch import Tensor
 
 from rlhflab.config import ConfigError, PipelineConfig, PPOConfig
+from rlhflab.data.batching import join_prompt_response
+from rlhflab.engines import clip_grad_norm
+from rlhflab.models.bradley_terry import bt_loss, pair_scores
 from rlhflab.models.forward import response_logits
 from rlhflab.models.lm import load_causal_lm
 from rlhflab.models.lora import AdaptersOff, is_adapted
+from rlhflab.models.optim import warmup_linear_decay
 from rlhflab.models.reward_model import score_sequences
 from rlhflab.models.sampling import sample_responses
 from rlhflab.ppo import advantages, losses
@@ -76,6 +80,24 @@ def shuffled_minibatches(batch: int, minibatches: int, epochs: int, generator: t
     return schedule
 
 
+def gradient_step(optimizer: torch.optim.Optimizer, parameters, loss: Tensor, max_grad_norm: float) -> Tensor:
+    """One optimiser step on `loss`: gradients from zero (none left from an earlier step),
+    clipped to `max_grad_norm` in global norm before the step, and no step at all when they
+    are not finite: a NaN or Inf (from a reward, an advantage or an overflow) would poison
+    the weights and Adam's moments for good. Returns the norm before clipping."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = clip_grad_norm(parameters, max_grad_norm)
+    if torch.isfinite(grad_norm):
+        optimizer.step()
+    return grad_norm
+
+
+def _stage(name: str, default: Callable):
+    """A component used first in stage `name` (a rerun that swaps it starts there)."""
+    return field(default=default, metadata={"stage": name})
+
+
 @dataclass(frozen=True)
 class PPOComponents:
     """One field per component; see docs/implementation_details.md for each default."""
@@ -95,8 +117,17 @@ class PPOComponents:
     response_logits: Callable = response_logits
     response_mask: Callable[[Tensor], Tensor] = keep_mask
     rollout_mode: Callable = eval_mode
-    # The update's schedule of minibatches.
+    # The update's mechanics: its schedule of minibatches, each optimiser step, the entropy it reports.
     minibatch_schedule: Callable[[int, int, int, torch.Generator], list[Tensor]] = shuffled_minibatches
+    gradient_step: Callable[[torch.optim.Optimizer, object, Tensor, float], Tensor] = gradient_step
+    entropy: Callable[[Tensor, Tensor], Tensor] = losses.mean_entropy
+    # The reward model's training (stage 2): the rows it reads, each comparison's chosen and
+    # rejected scores, the loss, and the learning rate of each step.
+    comparison_rows: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]] = _stage(
+        "reward", join_prompt_response)
+    preference_pairs: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]] = _stage("reward", pair_scores)
+    preference_loss: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] = _stage("reward", bt_loss)
+    reward_lr: Callable[[float, int, int, int], float] = _stage("reward", warmup_linear_decay)
     # Reward.
     score: Callable = score_sequences
     reward_transform: Callable[[Tensor, float, float, bool], Tensor] = standardise
@@ -105,6 +136,7 @@ class PPOComponents:
 
 
 COMPONENT_NAMES = tuple(f.name for f in fields(PPOComponents))
+COMPONENT_STAGES = {f.name: f.metadata.get("stage", "ppo") for f in fields(PPOComponents)}
 DEFAULT = "default"  # a record's value for a component swapped back to its default
 
 

@@ -178,3 +178,9 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     p = logp.exp()
     # clamp turns log 0 = -inf into a finite number so that p * log p = 0 * finite = 0
     return -(p * logp.clamp_min(torch.finfo(logp.dtype).min)).sum(dim=-1)
+
+
+def mean_entropy(logits: Tensor, mask: Tensor) -> Tensor:
+    """The policy's entropy averaged over the response tokens in `mask` (padding is no
+    token of any response). (B, T, V), (B, T) -> 0-d"""
+    return masked_mean(entropy_from_logits(logits), mask)

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from rlhflab.config import DistributedConfig, PipelineConfig, PPOConfig
 from rlhflab.distributed import Cluster
-from rlhflab.engines import SingleEngine, clip_grad_norm, make_engine
+from rlhflab.engines import SingleEngine, make_engine
 from rlhflab.metrics.diversity import distinct_n, identical_fraction, self_bleu
 from rlhflab.metrics.stats import explained_variance, masked_mean, masked_var, pearson
 from rlhflab.models.blocks import checkpoint_blocks_if
@@ -100,18 +100,12 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
         pg_loss, pg = c.policy_loss(logprobs, mb.logprobs, adv.advantages[index], mb.mask, cfg.clip_eps)
         vf_loss, vf = c.value_loss(values, mb.values, adv.returns[index], mb.mask, cfg.value_clip_eps)
         # Without a bonus the entropy is only logged: keep it out of the graph.
-        entropy_logits = logits if cfg.entropy_coef else logits.detach()
-        entropy = masked_mean(losses.entropy_from_logits(entropy_logits), mb.mask)
+        entropy = c.entropy(logits if cfg.entropy_coef else logits.detach(), mb.mask)
         loss = pg_loss + cfg.vf_coef * vf_loss - cfg.entropy_coef * entropy
-        state.optimizer.zero_grad(set_to_none=True)
-        (loss * share).backward()
-        grad_norm = clip_grad_norm(state.policy.parameters(), cfg.max_grad_norm)
-        # A NaN/Inf loss or gradient (from a reward, an advantage or an overflow) would
-        # poison the weights and Adam's moments for good: skip the step and count it.
-        finite = bool(torch.isfinite(grad_norm))  # the same on every process: gradients are averaged
-        skipped += not finite
-        if finite:
-            state.optimizer.step()
+        grad_norm = c.gradient_step(state.optimizer, state.policy.parameters(), loss * share, cfg.max_grad_norm)
+        # A step with gradients that are not finite is skipped (gradient_step): count it. The
+        # same on every process: the gradients are averaged.
+        skipped += not bool(torch.isfinite(grad_norm))
         token_means = {
             "policy/loss": pg_loss.item(),
             "value/loss": vf_loss.item(),

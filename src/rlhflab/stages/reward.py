@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -17,15 +17,16 @@ from rlhflab.config import PipelineConfig
 from rlhflab.data.batching import decode_responses, encode_prompts, encode_responses, join_prompt_response, length_grouped_batches
 from rlhflab.data.files import PreferenceRecord
 from rlhflab.distributed import Cluster
-from rlhflab.engines import clip_grad_norm, make_engine
+from rlhflab.engines import make_engine
 from rlhflab.metrics.stats import pearson
 from rlhflab.models.blocks import checkpoint_blocks_if
-from rlhflab.models.bradley_terry import bt_loss
+from rlhflab.models.bradley_terry import pair_scores
 from rlhflab.models.lm import load_causal_lm, load_tokenizer, save_pretrained
 from rlhflab.models.lora import save_merged_classifier, with_trunk_adapters
 from rlhflab.models.precision import use_bf16
 from rlhflab.models.reward_model import reward_model_from_lm, score_sequences
 from rlhflab.models.sampling import sample_responses, sample_share
+from rlhflab.ppo.components import PPOComponents, gradient_step
 from rlhflab.progress import progress_bar
 from rlhflab.runs import RunDir, atomic_dir, stage_logger
 from rlhflab.seeding import RowStreams, derive_seed, py_rng, rows_of, torch_generator
@@ -62,6 +63,15 @@ class Comparisons:
         return Comparisons(self.ids[index], self.mask[index], gold, self.lengths[index], self.pairs,
                            self.first_preferred[index])
 
+    def trimmed(self, width: int) -> "Comparisons":
+        """The first `width` positions of every row."""
+        return replace(self, ids=self.ids[..., :width], mask=self.mask[..., :width])
+
+    def to(self, device: torch.device) -> "Comparisons":
+        gold = self.gold.to(device) if self.gold is not None else None
+        return Comparisons(self.ids.to(device), self.mask.to(device), gold, self.lengths.to(device),
+                           self.pairs.to(device), self.first_preferred.to(device))
+
 
 class Scorer(torch.nn.Module):
     """A reward model's score (`score_sequences`) as its forward. (B, L) -> (B,)"""
@@ -72,14 +82,6 @@ class Scorer(torch.nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         return score_sequences(self.model, input_ids, attention_mask)
-
-
-def pair_scores(scores: Tensor, pairs: Tensor, first_preferred: Tensor) -> tuple[Tensor, Tensor]:
-    """Scores of the chosen and rejected response of every pair. (N, K) -> (N*C,), (N*C,)"""
-    first, second = scores[:, pairs[:, 0]], scores[:, pairs[:, 1]]  # (N, C)
-    chosen = torch.where(first_preferred, first, second)
-    rejected = torch.where(first_preferred, second, first)
-    return chosen.flatten(), rejected.flatten()
 
 
 @dataclass(frozen=True)
@@ -94,15 +96,30 @@ class RewardResult:
     seconds: float
 
 
+def reward_step(score, batch: Comparisons, components: PPOComponents, optimizer: torch.optim.Optimizer,
+                parameters, max_grad_norm: float, weight: float = 1.0) -> tuple[Tensor, Tensor]:
+    """One Bradley-Terry step on `batch`: every response scored once (`score`, (B, L) -> (B,)),
+    each comparison's chosen and rejected scores, the loss over the comparisons, and one
+    optimiser step on the loss times `weight` (a process's share under torchrun). Returns
+    the loss and the accuracy on the batch, before the step."""
+    N, K, L = batch.ids.shape
+    scores = score(batch.ids.view(N * K, L), batch.mask.view(N * K, L)).view(N, K)
+    chosen, rejected = components.preference_pairs(scores, batch.pairs, batch.first_preferred)
+    loss, accuracy = components.preference_loss(chosen, rejected)
+    gradient_step(optimizer, parameters, loss * weight, max_grad_norm)
+    return loss, accuracy
+
+
 @torch.no_grad()
 def sample_comparisons(
     policy, tokenizer, world: ReviewsWorld, prompts: list[str], responses_per_prompt: int,
     response_length: int, temperature: float, labeler_seed: int, streams: RowStreams | torch.Generator,
-    batch_size: int = 1024, cluster: Cluster = Cluster.single(),
+    batch_size: int = 1024, cluster: Cluster = Cluster.single(), join=join_prompt_response,
 ) -> Comparisons:
     """K stage-1 samples per prompt (row r of the repeated prompts drawing from stream r);
     the simulated labeler labels every pair. Under several processes each samples its
-    share of every chunk, and every process gets all the comparisons."""
+    share of every chunk, and every process gets all the comparisons. `join` makes a row
+    of a prompt and a response, as the reward model reads it."""
     policy.eval()
     K = responses_per_prompt
     labeler_rng = py_rng(labeler_seed, "labeler")
@@ -116,7 +133,7 @@ def sample_comparisons(
         response_ids = cluster.gather_rows(share.samples.response_ids, len(chunk)).cpu()
         response_mask = cluster.gather_rows(share.samples.mask, len(chunk)).cpu()
         prompt_ids, prompt_mask = encode_prompts(tokenizer, chunk)
-        rows.append(join_prompt_response(prompt_ids, prompt_mask, response_ids, response_mask))
+        rows.append(join(prompt_ids, prompt_mask, response_ids, response_mask))
         texts += decode_responses(tokenizer, response_ids, response_mask)
         lengths.append(response_mask.sum(1))
     width = max(ids.shape[1] for ids, _ in rows)
@@ -187,13 +204,13 @@ def evaluate_reward_model(model, val: Comparisons, gold: Comparisons | None,
     }
 
 
-def comparisons_from_pairs(tokenizer, records: list[PreferenceRecord]) -> Comparisons:
+def comparisons_from_pairs(tokenizer, records: list[PreferenceRecord], join=join_prompt_response) -> Comparisons:
     """The user's (prompt, chosen, rejected) pairs as K = 2 comparisons, chosen first."""
     prompts = [r.prompt for r in records for _ in range(2)]
     responses = [text for r in records for text in (r.chosen, r.rejected)]
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts)
     response_ids, response_mask = encode_responses(tokenizer, responses)
-    ids, mask = join_prompt_response(prompt_ids, prompt_mask, response_ids, response_mask)
+    ids, mask = join(prompt_ids, prompt_mask, response_ids, response_mask)
     N = len(records)
     return Comparisons(ids.view(N, 2, -1), mask.view(N, 2, -1), None, response_mask.sum(1).view(N, 2),
                        torch.tensor([[0, 1]]), torch.ones((N, 1), dtype=torch.bool))
@@ -206,7 +223,8 @@ def prompts_for(comparisons: int, responses_per_prompt: int) -> int:
 
 
 def world_comparisons(config: PipelineConfig, run: RunDir, tokenizer, device: torch.device,
-                      cluster: Cluster = Cluster.single()) -> tuple[Comparisons, Comparisons, Comparisons]:
+                      cluster: Cluster = Cluster.single(), join=join_prompt_response,
+                      ) -> tuple[Comparisons, Comparisons, Comparisons]:
     """(train, held-out, gold) comparisons of stage-1 samples labelled by the world's labeler."""
     cfg = config.reward
     K = cfg.responses_per_prompt
@@ -217,7 +235,7 @@ def world_comparisons(config: PipelineConfig, run: RunDir, tokenizer, device: to
     labelled = sample_comparisons(
         policy, tokenizer, world, prompts, K, cfg.response_length, cfg.sample_temperature,
         derive_seed(config.seed, "rm-labels"),
-        RowStreams(config.seed, ("reward", "samples"), list(range(len(prompts) * K))), cluster=cluster,
+        RowStreams(config.seed, ("reward", "samples"), list(range(len(prompts) * K))), cluster=cluster, join=join,
     )
     gold_prompts = world.prompts(prompts_for(cfg.gold_pairs, K), derive_seed(config.seed, "rm-gold-prompts"),
                                  split="heldout")
@@ -225,14 +243,16 @@ def world_comparisons(config: PipelineConfig, run: RunDir, tokenizer, device: to
         policy, tokenizer, world, gold_prompts, K, cfg.response_length, cfg.sample_temperature,
         derive_seed(config.seed, "rm-gold-labels"),
         RowStreams(config.seed, ("reward", "gold-samples"), list(range(len(gold_prompts) * K))), cluster=cluster,
+        join=join,
     )
     return labelled.select(torch.arange(n_train)), labelled.select(torch.arange(n_train, n_train + n_val)), gold
 
 
 def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
-               cluster: Cluster = Cluster.single()) -> RewardResult:
+               cluster: Cluster = Cluster.single(), components: PPOComponents = PPOComponents()) -> RewardResult:
     """Train and save the reward model, whose score is read at the last real token: on the
-    user's preference file (`data.preferences`), else on labelled stage-1 samples. Under
+    user's preference file (`data.preferences`), else on labelled stage-1 samples, with the
+    pairs, loss and optimiser step of `components`. Under
     torchrun each process takes its share of every batch's prompts (distributed.py) and
     only the first writes files."""
     cfg = config.reward
@@ -242,10 +262,12 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
     tokenizer = load_tokenizer(base)
     if config.data.preferences:
         train_pairs, val_pairs = preference_data(config, tokenizer, context_length(base, config))
-        train, val, gold = comparisons_from_pairs(tokenizer, train_pairs), comparisons_from_pairs(tokenizer, val_pairs), None
+        train, val = (comparisons_from_pairs(tokenizer, pairs, components.comparison_rows)
+                      for pairs in (train_pairs, val_pairs))
+        gold = None
     else:
-        train, val, gold = world_comparisons(config, run, tokenizer, cluster.device, cluster)
-    K = train.ids.shape[1]
+        train, val, gold = world_comparisons(config, run, tokenizer, cluster.device, cluster,
+                                             components.comparison_rows)
 
     torch.manual_seed(derive_seed(config.seed, "rm-init"))
     model = reward_model_from_lm(base).to(cluster.device)
@@ -264,7 +286,6 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
     # A prompt's K responses go through the model together, as wide as the longest of them.
     group_lengths = train.mask.sum(2).max(1).values
     total = steps_per_epoch * cfg.epochs
-    warmup = max(1, total // 20)
     order = torch_generator(config.seed, "reward", "order")
     logger = stage_logger(run, "reward", writer=cluster.is_main)
     show_progress = show_progress and cluster.is_main
@@ -274,24 +295,18 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
             batches = length_grouped_batches(group_lengths, cfg.batch_size, order)
             for i, rows in enumerate(batches):
                 model.train()
-                lr = cfg.lr * min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
+                lr = components.reward_lr(cfg.lr, step, steps_per_epoch, cfg.epochs)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 batch = train.select(cluster.shard(rows))
-                N, _, L = batch.ids.shape
+                # A prompt's K responses go through the model as wide as the batch's longest row
+                # (of every process's share, so that the processes' forwards have one shape).
+                width = int(train.mask[rows].any(1).any(0).nonzero().max()) + 1
                 # Every prompt has the same pairs, so a process's share of the pairs is its share of the
                 # rows; W times it, because the engine averages the W processes' gradients.
-                share = N / len(rows)
-                width = int(train.mask[rows].view(len(rows) * K, L).any(0).nonzero().max()) + 1
-                ids = batch.ids.view(N * K, L)[:, :width].to(cluster.device)
-                scores = trained(ids, batch.mask.view(N * K, L)[:, :width].to(cluster.device))
-                chosen, rejected = pair_scores(scores.view(N, K), batch.pairs.to(cluster.device),
-                                               batch.first_preferred.to(cluster.device))
-                loss, accuracy = bt_loss(chosen, rejected)
-                optimizer.zero_grad(set_to_none=True)
-                (loss * share * cluster.world).backward()
-                clip_grad_norm(scorer.parameters(), cfg.max_grad_norm)
-                optimizer.step()
+                share = len(batch) / len(rows)
+                loss, accuracy = reward_step(trained, batch.trimmed(width).to(cluster.device), components, optimizer,
+                                             scorer.parameters(), cfg.max_grad_norm, share * cluster.world)
                 summed = cluster.sum({"loss": loss.item() * share, "acc": accuracy.item() * share})
                 loss_value, acc_value = summed["loss"], summed["acc"]
                 metrics = {"rm/train_loss": loss_value, "rm/train_acc": acc_value, "lr": lr}
