@@ -8,8 +8,10 @@ checkup's probes by the same hands (so not blind to them); and eleven taken from
 reports in other projects' PPO/GRPO code (TRL, OpenRLHF, trlX, veRL: each function's
 docstring cites its issue or pull request), written down before the checkup and the doctor
 were changed to find them. The zoo and the tests' broken implementations were not reused.
-A later set (`--batch invariants`, more public reports) is scored in a section of its own,
-with the commit it was scored at, before the checkup's invariants were walked.
+A later set (`--batch invariants`: ten more public reports, in the update's mechanics, the
+rollout's bookkeeping, the reward model's training and the data) is scored in a section of its
+own, with the commit it was scored at, before the checkup's invariants were walked. A bug in a
+component of stage 2 retrains the reward model too (from the base run's stage-1 model).
 
     python bench/outside_faults.py --base runs/faults-bench/healthy-seed0 --out runs/outside-faults \\
         [--only NAME ...] [--rescore] [--doc docs/benchmarks.md]
@@ -329,6 +331,77 @@ def prompts_with_bos_text(source, n: int, seed: int) -> list[str]:
     return [bos + p for p in source.prompts(n, seed)]
 
 
+def gradient_step_never_zeroed(optimizer, parameters, loss, max_grad_norm):
+    """TRL issue #583, "Bug in gradient accumulation in PPO trainer" (https://github.com/
+    huggingface/trl/issues/583; fixed by PR #546, "refactor grad accum"): `zero_grad()` was
+    called only on the steps where accelerate's wrapped optimizer ignores it, so the gradients
+    were never cleared: each step's gradient piled onto every earlier one, across minibatches,
+    epochs and iterations (clipped and stepped as the sum)."""
+    from rlhflab.engines import clip_grad_norm
+
+    loss.backward()
+    grad_norm = clip_grad_norm(parameters, max_grad_norm)
+    if torch.isfinite(grad_norm):
+        optimizer.step()
+    return grad_norm
+
+
+INVALID_LOGPROB = 1.0  # TRL's value for a padded position's logprob
+
+
+def entropy_with_padding_sentinel(logits, mask):
+    """TRL PR #6121, "Fix negative entropy in PPO logging" (https://github.com/huggingface/trl/
+    pull/6121, issue #2022): padded positions held the sentinel logprob 1.0 and the logged
+    entropy took -logprob over every position, so each padding position added -1 and short
+    responses logged a low, even negative, entropy (here: the per-token mean over the padded
+    grid, padding counted as -1)."""
+    from rlhflab.ppo.losses import entropy_from_logits
+
+    return torch.where(mask, entropy_from_logits(logits), -INVALID_LOGPROB).mean()
+
+
+def mask_without_eos(mask):
+    """TRL PR #6357, "Fix EOS being masked when pad_token_id equals eos_token_id in GKD and
+    GOLD" (https://github.com/huggingface/trl/pull/6357): the loss mask was built as `ids !=
+    pad_token_id` with the pad token the EOS token, so every response's EOS fell out of the
+    loss and the model got no signal to stop (here: the last real token of every row that
+    ended before the response width, its EOS, dropped from the loss mask)."""
+    last = torch.where(mask, torch.arange(mask.shape[1], device=mask.device), -1).max(1).values
+    ended = mask.sum(1) < mask.shape[1]
+    at_last = torch.arange(mask.shape[1], device=mask.device)[None, :] == last[:, None]
+    return mask & ~(at_last & ended[:, None])
+
+
+def preference_accuracy_counting_ties(chosen, rejected):
+    """TRL PR #1012, "Add warning for ties in reward accuracy" (https://github.com/huggingface/
+    trl/pull/1012): the reward model's accuracy was `argmax([r_chosen, r_rejected]) == 0`, and
+    argmax of a tie is 0, so a tie (identical responses included) counted as right."""
+    from rlhflab.models.bradley_terry import bt_loss
+
+    loss, _ = bt_loss(chosen, rejected)
+    return loss, (chosen.detach() >= rejected.detach()).to(chosen.dtype).mean()
+
+
+def comparison_rows_without_prompt(prompt_ids, prompt_mask, response_ids, response_mask):
+    """OpenRLHF PR #363, "fix reward dataset when apply_chat_template" (https://github.com/
+    OpenRLHF/OpenRLHF/pull/363): with the chat template on, the prompt was set to "" and only
+    the chosen and rejected turns were templated, so the reward model was trained (and
+    evaluated) without ever reading the prompt, and scored prompt and response in PPO (here:
+    the prompt's text masked out of every comparison row; its first token, BOS, kept)."""
+    first = prompt_mask & (prompt_mask.long().cumsum(1) == 1)
+    return torch.cat([prompt_ids, response_ids], 1), torch.cat([first, response_mask], 1)
+
+
+def reward_lr_sized_for_epochs_squared(base_lr, step, steps_per_epoch, epochs):
+    """OpenRLHF issue #359, "Possible minor bug" (https://github.com/OpenRLHF/OpenRLHF/issues/
+    359; fixed in commit bae8e5c0): `num_update_steps_per_epoch` already held the epochs and
+    was multiplied by them again, so the reward model's schedule was sized for E^2 epochs:
+    a warm-up E times too long and a learning rate that never decays to its end."""
+    from rlhflab.models.optim import warmup_linear_decay
+
+    return warmup_linear_decay(base_lr, step, steps_per_epoch * epochs, epochs)
+
+
 @dataclass(frozen=True)
 class Bug:
     component: str  # the doctor's component it belongs to
@@ -397,6 +470,22 @@ BUGS = {
                                      {"policy_loss": policy_loss_over_the_grid}, public=True, batch="invariants"),
     "prompts_with_bos_text": Bug("prompt_data", "every prompt begun with two BOS tokens",
                                  {"prompts": prompts_with_bos_text}, public=True, batch="invariants"),
+    "gradients_never_zeroed": Bug("ppo_hyperparameters", "the update's gradients never zeroed between steps",
+                                  {"gradient_step": gradient_step_never_zeroed}, public=True, batch="invariants"),
+    "entropy_with_padding_sentinel": Bug("advantages_values", "entropy averaged over padding counted as -1",
+                                         {"entropy": entropy_with_padding_sentinel}, public=True,
+                                         batch="invariants"),
+    "mask_without_eos": Bug("advantages_values", "every response's EOS out of the loss mask",
+                            {"response_mask": mask_without_eos}, public=True, batch="invariants"),
+    "rm_accuracy_counts_ties": Bug("reward_model", "the reward model's accuracy counts a tie as right",
+                                   {"preference_loss": preference_accuracy_counting_ties}, public=True,
+                                   batch="invariants"),
+    "rm_trained_without_prompt": Bug("reward_model", "the reward model trained on responses without their prompt",
+                                     {"comparison_rows": comparison_rows_without_prompt}, public=True,
+                                     batch="invariants"),
+    "rm_lr_schedule_epochs_squared": Bug("reward_model", "the reward model's schedule sized for E^2 epochs",
+                                         {"reward_lr": reward_lr_sized_for_epochs_squared}, public=True,
+                                         batch="invariants"),
 }
 
 
@@ -424,17 +513,19 @@ def run_bug(name: str, base: Path, out: Path, rescore: bool = False) -> dict:
     from rlhflab.doctor.diagnose import CHECKUP_RULE, diagnose, read_and_diagnose
     from rlhflab.doctor.settings import RunSettings
     from rlhflab.faults.bench import failed_probes
-    from rlhflab.ppo.components import PPOComponents
+    from rlhflab.pipeline import STAGE_NAMES
+    from rlhflab.ppo.components import COMPONENT_STAGES, PPOComponents
     from rlhflab.runs import RunDir
     from rlhflab.verify import rerun
 
     bug = BUGS[name]
     components = replace(PPOComponents(), **bug.code)
+    first_stage = min((COMPONENT_STAGES[field] for field in bug.code), key=STAGE_NAMES.index)
     config = apply_overrides(config_from_run(base), dict(parse_override(o) for o in bug.config), "bug")
     run = RunDir(out / name)
     start = time.perf_counter()
     if not rescore:
-        rerun(config, RunDir(base), run, "ppo", components, show_progress=False)
+        rerun(config, RunDir(base), run, first_stage, components, show_progress=False)
     probes = run_checkup(config, run, components).results
     table, diagnosis = read_and_diagnose(run.root)
     metrics_only = read_and_diagnose(run.root)[0]
