@@ -365,9 +365,10 @@ def mask_without_eos(mask):
     GOLD" (https://github.com/huggingface/trl/pull/6357): the loss mask was built as `ids !=
     pad_token_id` with the pad token the EOS token, so every response's EOS fell out of the
     loss and the model got no signal to stop (here: the last real token of every row that
-    ended before the response width, its EOS, dropped from the loss mask)."""
+    ended before the response width, its EOS, dropped from the loss mask; a response of EOS
+    alone keeps it, since this trainer stops on a response with no token to score)."""
     last = torch.where(mask, torch.arange(mask.shape[1], device=mask.device), -1).max(1).values
-    ended = mask.sum(1) < mask.shape[1]
+    ended = (mask.sum(1) < mask.shape[1]) & (mask.sum(1) > 1)
     at_last = torch.arange(mask.shape[1], device=mask.device)[None, :] == last[:, None]
     return mask & ~(at_last & ended[:, None])
 
