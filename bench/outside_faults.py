@@ -360,17 +360,19 @@ def entropy_with_padding_sentinel(logits, mask):
     return torch.where(mask, entropy_from_logits(logits), -INVALID_LOGPROB).mean()
 
 
-def mask_without_eos(mask):
-    """TRL PR #6357, "Fix EOS being masked when pad_token_id equals eos_token_id in GKD and
-    GOLD" (https://github.com/huggingface/trl/pull/6357): the loss mask was built as `ids !=
-    pad_token_id` with the pad token the EOS token, so every response's EOS fell out of the
-    loss and the model got no signal to stop (here: the last real token of every row that
-    ended before the response width, its EOS, dropped from the loss mask; a response of EOS
-    alone keeps it, since this trainer stops on a response with no token to score)."""
-    last = torch.where(mask, torch.arange(mask.shape[1], device=mask.device), -1).max(1).values
-    ended = (mask.sum(1) < mask.shape[1]) & (mask.sum(1) > 1)
-    at_last = torch.arange(mask.shape[1], device=mask.device)[None, :] == last[:, None]
-    return mask & ~(at_last & ended[:, None])
+def policy_loss_masked_by_product(logprobs, old_logprobs, advantages, mask, clip_eps):
+    """OpenRLHF PR #1240, "fix: ignore masked invalid values in policy loss reductions"
+    (https://github.com/OpenRLHF/OpenRLHF/pull/1240): the ratio and the per-token loss were
+    formed at every position and the mask applied by multiplying, so a NaN or Inf in a masked
+    slot (padding, a filtered token) became NaN x 0 = NaN and poisoned the loss and its
+    gradient; harmless while every masked slot holds a finite number."""
+    from rlhflab.ppo import losses
+
+    ratio = torch.exp(logprobs - old_logprobs.detach())
+    surrogate = torch.maximum(-advantages.detach() * ratio,
+                              -advantages.detach() * ratio.clamp(1 - clip_eps, 1 + clip_eps))
+    return (surrogate * mask).sum() / mask.sum(), losses.policy_loss(logprobs, old_logprobs, advantages, mask,
+                                                                     clip_eps)[1]
 
 
 def preference_accuracy_counting_ties(chosen, rejected):
@@ -476,8 +478,9 @@ BUGS = {
     "entropy_with_padding_sentinel": Bug("advantages_values", "entropy averaged over padding counted as -1",
                                          {"entropy": entropy_with_padding_sentinel}, public=True,
                                          batch="invariants"),
-    "mask_without_eos": Bug("advantages_values", "every response's EOS out of the loss mask",
-                            {"response_mask": mask_without_eos}, public=True, batch="invariants"),
+    "policy_loss_masked_by_product": Bug("advantages_values", "the policy loss masked by multiplying, not selecting",
+                                         {"policy_loss": policy_loss_masked_by_product}, public=True,
+                                         batch="invariants"),
     "rm_accuracy_counts_ties": Bug("reward_model", "the reward model's accuracy counts a tie as right",
                                    {"preference_loss": preference_accuracy_counting_ties}, public=True,
                                    batch="invariants"),
