@@ -19,6 +19,7 @@ from rlhflab.checkup import (
     logprobs,
     masks,
     optimizer,
+    preferences,
     reward,
     run_checkup,
     run_probes,
@@ -264,6 +265,12 @@ def four_prompts(source, n, seed):
     return source.prompts(4, seed) * (n // 4)
 
 
+def prompts_after_a_bos(source, n, seed):
+    """Every prompt given a BOS token in its text, at its end (a template's turn marker)."""
+    bos = source.tokenizer().bos_token
+    return [p + " " + bos for p in source.prompts(n, seed)]
+
+
 class OptimizerThatNeverSteps(torch.optim.Adam):
     def step(self, closure=None):
         return None
@@ -300,6 +307,55 @@ def shape_rewards_sequence_kl_on_every_token(scores, logprobs, ref_logprobs, mas
     return rewards - kl_coef * torch.where(mask, kl.sum(1, keepdim=True), 0.0), kl
 
 
+
+def gradient_step_clipping_after_the_step(optimizer, parameters, loss, max_grad_norm):
+    """Clips the gradient once the optimiser has already used it."""
+    parameters = list(parameters)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+
+
+def entropy_summed_per_response(logits, mask):
+    """Each response's entropy summed over its tokens, then averaged over responses."""
+    return torch.where(mask, losses.entropy_from_logits(logits), 0.0).sum(1).mean()
+
+
+def value_loss_masked_by_product(values, old_values, returns, mask, clip_eps):
+    """The clipped value loss formed everywhere and masked by multiplying."""
+    clipped = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
+    per_token = torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
+    return 0.5 * (per_token * mask).sum() / mask.sum(), losses.value_loss(values, old_values, returns, mask,
+                                                                        clip_eps)[1]
+
+
+def comparison_rows_attending_the_prompt_padding(prompt_ids, prompt_mask, response_ids, response_mask):
+    """Every prompt position attended, its left padding included."""
+    return torch.cat([prompt_ids, response_ids], 1), torch.cat([torch.ones_like(prompt_mask), response_mask], 1)
+
+
+def preference_pairs_second_preferred(scores, pairs, first_preferred):
+    """The label read the wrong way round: True taken to prefer the second response."""
+    from rlhflab.models.bradley_terry import pair_scores
+
+    return pair_scores(scores, pairs, ~first_preferred)
+
+
+def preference_loss_summed(chosen, rejected):
+    """The pairs' negative log-likelihoods summed, not averaged."""
+    from rlhflab.models.bradley_terry import bt_loss
+
+    loss, accuracy = bt_loss(chosen, rejected)
+    return loss * len(chosen), accuracy
+
+
+def reward_lr_constant_after_warmup(base_lr, step, steps_per_epoch, epochs):
+    """A warm-up and no decay."""
+    warmup = max(1, steps_per_epoch * epochs // 20)
+    return base_lr * min(1.0, (step + 1) / warmup)
+
+
 # (probe, a broken implementation of what it guards)
 BROKEN = [
     (logprobs.probe_kl_zero_before_update, broken(make_reference=reference_perturbed)),
@@ -332,6 +388,16 @@ BROKEN = [
     (credit.probe_every_epoch_visits_every_sample_once, broken(minibatch_schedule=first_minibatch_every_time)),
     (data.probe_responses_end, broken(sample=sample_two_tokens)),
     (data.probe_prompts_distinct, broken(prompts=four_prompts)),
+    (data.probe_prompts_begin_with_one_bos, broken(prompts=prompts_after_a_bos)),
+    (optimizer.probe_gradient_step_applies_this_steps_gradient,
+     broken(gradient_step=gradient_step_clipping_after_the_step)),
+    (masks.probe_entropy_of_known_distributions, broken(entropy=entropy_summed_per_response)),
+    (masks.probe_statistics_ignore_padding, broken(value_loss=value_loss_masked_by_product)),
+    (preferences.probe_reward_model_learns_from_the_rows_it_scores,
+     broken(comparison_rows=comparison_rows_attending_the_prompt_padding)),
+    (preferences.probe_preference_pairs_follow_the_labels, broken(preference_pairs=preference_pairs_second_preferred)),
+    (preferences.probe_preference_loss_is_bradley_terry, broken(preference_loss=preference_loss_summed)),
+    (preferences.probe_reward_lr_falls_to_its_end, broken(reward_lr=reward_lr_constant_after_warmup)),
 ]
 
 
@@ -636,3 +702,23 @@ def test_a_token_written_after_sampling_is_blamed_on_the_sampler_not_the_forward
     assert not rewritten.passed and rewritten.component == "sampling", rewritten
     forward = logprobs.probe_sampled_logprobs_match(context(smoke_run, broken(response_logits=logits_with_a_bias)))
     assert not forward.passed and forward.component == "logprob_bookkeeping"
+
+
+def reward_step_reading_scores_by_response_first(score, batch, components, optimizer, parameters, max_grad_norm,
+                                                 weight=1.0):
+    """Scores laid out response by response (K, N) and read as (N, K)."""
+    from rlhflab.ppo.components import gradient_step
+
+    N, K, L = batch.ids.shape
+    scores = score(batch.ids.transpose(0, 1).reshape(N * K, L), batch.mask.transpose(0, 1).reshape(N * K, L))
+    chosen, rejected = components.preference_pairs(scores.view(N, K), batch.pairs, batch.first_preferred)
+    loss, accuracy = components.preference_loss(chosen, rejected)
+    gradient_step(optimizer, parameters, loss * weight, max_grad_norm)
+    return loss, accuracy
+
+
+def test_the_reward_step_probe_runs_the_stages_own_step_and_fails_on_a_broken_one(smoke_run, monkeypatch):
+    ctx = context(smoke_run)
+    assert preferences.probe_reward_step_trains_on_every_labelled_pair(ctx).passed
+    monkeypatch.setattr("rlhflab.stages.reward.reward_step", reward_step_reading_scores_by_response_first)
+    assert not preferences.probe_reward_step_trains_on_every_labelled_pair(ctx).passed

@@ -14,13 +14,14 @@ COMMAND = "`python -m rlhflab.checkup.probedoc docs/doctor.md`"
 
 def _row(probe: Probe) -> str:
     clears = f"{', '.join(probe.clears)} ({', '.join(probe.clears_in)})" if probe.clears else "-"
-    return (f"| `{probe.name}` | {probe.specificity} | {', '.join(probe.states)} | {clears} | {cell(probe.sees)} | "
-            f"{cell(probe.blind)} |")
+    return (f"| `{probe.name}` | {probe.specificity} | {', '.join(probe.states)} | {clears} | "
+            f"{', '.join(probe.reads) or '-'} | {cell(probe.sees)} | {cell(probe.blind)} |")
 
 
 def probes_table() -> str:
     """One row per registered probe, in the order the checkup runs them."""
-    lines = ["| probe | specificity | runs in | clears (from) | sees | cannot see |", "|---|---|---|---|---|---|"]
+    lines = ["| probe | specificity | runs in | clears (from) | reads the output of | sees | cannot see |",
+             "|---|---|---|---|---|---|---|"]
     return "\n".join(lines + [_row(probe) for probe in PROBES])
 
 

@@ -9,7 +9,8 @@ The registry says of each probe how specific a failure is (a weak reward model f
 health probes whatever else is wrong; a failed mask or GAE probe points at one function),
 the states it runs in, what it can and cannot see, whether it needs rlhflab's own trainer
 (probes of the update's code do not apply to models checked for another trainer), and
-the component its passing clears, with the states a pass clears from. A probe whose
+the component its passing clears, with the states a pass clears from, and the components
+whose output it reads (the component graph: a failure upstream explains one here). A probe whose
 invariant relates the policy, the old policy and the reference holds trivially at the
 start, so it clears only from the moved state: a component is cleared when every probe
 that clears it ran in its clearing states and passed in every state it ran in.
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from rlhflab.checkup import credit, data, gradients, kl, logprobs, masks, optimizer, reward, update
+from rlhflab.checkup import credit, data, gradients, kl, logprobs, masks, optimizer, preferences, reward, update
 from rlhflab.checkup.context import ProbeContext
 from rlhflab.checkup.results import ProbeResult, ProbeSkipped
 from rlhflab.checkup.settings import SettingReport, check_settings
@@ -52,6 +53,10 @@ class Probe:
     states: tuple[StateName, ...] = ("start",)
     clears_in: tuple[StateName, ...] = ()  # the states whose pass may clear `clears`
     relates_policies: bool = False  # its invariant relates policy, old policy and reference: trivial at the start
+    # The component graph: the components whose output the probe consumes (not the one it
+    # tests). A failure of one of them can fail this probe too, so when both fail the doctor
+    # ranks the upstream component first and shows this failure as its consequence.
+    reads: tuple[Component, ...] = ()
 
     @property
     def name(self) -> str:
@@ -63,7 +68,8 @@ PROBES: tuple[Probe, ...] = (
     Probe(logprobs.probe_kl_zero_before_update, 2,
           "a training forward that differs between two copies of one model (temperature, dropout, a shift)",
           "everything once the policy has moved (it means something only at the start); " + SWAPS,
-          relates_policies=True),
+          relates_policies=True,
+          reads=("kl_control",)),
     Probe(logprobs.probe_first_ratio_is_one, 2,
           "old logprobs that are not the policy's own on the first minibatch: dropout, a training forward "
           "unlike the rollout's; in the moved state also old logprobs of another model or an earlier step",
@@ -82,7 +88,8 @@ PROBES: tuple[Probe, ...] = (
           "at the start, old logprobs recomputed from the unchanged model: they equal the rollout's",
           needs_trainer=True, states=BOTH, relates_policies=True),
     Probe(logprobs.probe_ratio_moves_after_first_step, 1, "an update that moves nothing (a zero step, a detached loss)",
-          "how far or which way the policy moves", needs_trainer=True),
+          "how far or which way the policy moves", needs_trainer=True,
+          reads=("advantages_values", "reward_scaling", "logprob_bookkeeping")),
     Probe(logprobs.probe_reference_frozen, 3, "a reference that shares tensors with the policy or requires grad",
           "a reference that follows the policy without sharing its tensors"),
     Probe(logprobs.probe_reference_deterministic, 3, "a reference with dropout or sampling in its forward",
@@ -92,12 +99,14 @@ PROBES: tuple[Probe, ...] = (
           "policy, another checkpoint", "nothing of the policy's own logprobs", states=MOVED, relates_policies=True),
     # KL control
     Probe(kl.probe_kl_penalty_lowers_the_reward, 3, "a penalty of the wrong sign, or none", "the penalty's size",
-          needs_trainer=True),
+          needs_trainer=True,
+          reads=("logprob_bookkeeping",)),
     Probe(kl.probe_kl_penalty_is_beta_times_the_kl, 3,
           "a per-token penalty that is not beta x the KL estimate to the starting model: N x the KL, beta applied "
           "twice, a sequence's KL on each of its tokens, the KL to another model",
           "a controller that sets beta wrong (the controller probe and the settings see that)",
-          needs_trainer=True, states=MOVED, relates_policies=True),
+          needs_trainer=True, states=MOVED, relates_policies=True,
+          reads=("logprob_bookkeeping",)),
     Probe(kl.probe_kl_controller_moves_toward_target, 3, "an adaptive controller that moves beta the wrong way",
           "how far it moves beta", needs_trainer=True),
     # gradients
@@ -127,21 +136,30 @@ PROBES: tuple[Probe, ...] = (
           "the order of the minibatches within an epoch", needs_trainer=True),
     Probe(credit.probe_advantages_follow_their_samples, 3,
           "advantages or returns given to the losses that belong to other samples (shuffled apart from their rows)",
-          "a swap between rows whose old logprobs and values are the same", needs_trainer=True, states=BOTH),
+          "a swap between rows whose old logprobs and values are the same", needs_trainer=True, states=BOTH,
+          reads=("ppo_hyperparameters",)),
     # masks
     Probe(masks.probe_statistics_ignore_padding, 3, "a statistic of the update that reads padding",
           "a mask that covers the wrong real tokens", needs_trainer=True),
     Probe(masks.probe_mask_covers_response, 3, "a loss mask that is not the response through its first EOS",
           "statistics that ignore the mask"),
+    Probe(masks.probe_entropy_of_known_distributions, 3,
+          "a reported entropy that is not the mean over real tokens of each position's entropy: padding counted "
+          "(as 0 or as a sentinel), a sum, another base", "the logits the update feeds it", needs_trainer=True),
     # the update's direction and the optimiser: many bugs reverse the first, so it says least about which
     Probe(update.probe_one_update_moves_the_right_way, 1, "an update that lowers the best response's logprob",
-          "which component reversed it", needs_trainer=True),
+          "which component reversed it", needs_trainer=True,
+          reads=("advantages_values", "reward_scaling", "reward_model", "kl_control", "logprob_bookkeeping")),
+    Probe(optimizer.probe_gradient_step_applies_this_steps_gradient, 3,
+          "an optimiser step that keeps gradients from earlier steps, clips after stepping or not at all, or steps on a "
+          "NaN", "the optimiser's own update rule (Adam's moments: the next probe)", needs_trainer=True),
     Probe(optimizer.probe_optimizer_state_carried, 2,
           "trainable parameters outside the optimiser; Adam moments reset or lost between iterations",
           "at the start there are no moments yet; a wrong learning rate", needs_trainer=True, states=MOVED),
     # reward model and scaling
     Probe(reward.probe_reward_model_health, 0, "a reward model that misranks held-out pairs or scores mostly length",
-          "how the trainer reads it"),
+          "how the trainer reads it",
+          reads=("sampling",)),
     Probe(reward.probe_reward_read_at_the_last_token, 3,
           "a score read anywhere but the response's last token: at padding, one token early (before EOS), in the "
           "prompt", "a reward model trained to read another position (the probe holds the trainer to the last token, "
@@ -153,9 +171,27 @@ PROBES: tuple[Probe, ...] = (
     Probe(reward.probe_scores_standardised_with_the_models_statistics, 3,
           "a score transform that is not (raw - stored mean) / stored std: default or batch statistics, a clip",
           "statistics stored wrong in stage 2 (the spread probe sees those)", needs_trainer=True,
-          clears=("reward_scaling",), clears_in=("start",)),
+          clears=("reward_scaling",), clears_in=("start",),
+          reads=("reward_model",)),
     Probe(reward.probe_reward_normalised, 1, "scores not standardised to unit spread", "a standardisation that "
-          "keeps the spread but not the order", clears=("reward_scaling",), needs_trainer=True, clears_in=("start",)),
+          "keeps the spread but not the order", clears=("reward_scaling",), needs_trainer=True, clears_in=("start",),
+          reads=("reward_model", "sampling")),
+    # the reward model's training step (stage 2)
+    Probe(preferences.probe_reward_model_learns_from_the_rows_it_scores, 3,
+          "comparison rows unlike the rows stage 3 scores: the prompt left out, another template or padding",
+          "rows that differ only where the reward model does not look", needs_trainer=True),
+    Probe(preferences.probe_preference_pairs_follow_the_labels, 3,
+          "chosen and rejected scores swapped, taken from other responses or other prompts",
+          "labels that were wrong before training (the health probes see their effect)", needs_trainer=True),
+    Probe(preferences.probe_preference_loss_is_bradley_terry, 3,
+          "a loss that is not -mean log sigmoid(chosen - rejected), a wrong gradient, an accuracy that counts ties",
+          "a margin or label smoothing chosen on purpose (it fails as any other loss)", needs_trainer=True),
+    Probe(preferences.probe_reward_step_trains_on_every_labelled_pair, 3,
+          "a training step that reads the scores in the wrong order, leaves pairs out or steps on another loss",
+          "the reward model's own forward (a known score stands in for it)", needs_trainer=True),
+    Probe(preferences.probe_reward_lr_falls_to_its_end, 3,
+          "a reward-model schedule that does not peak at the configured rate early or ends high (sized for other "
+          "steps)", "the rate's value (the settings)", needs_trainer=True),
     # sampling and prompts
     Probe(data.probe_responses_end, 3, "a sampler whose responses do not end (EOS unreachable, a length too short)",
           "a sampler that ends responses but samples the wrong distribution (the sampled-logprobs probe, which clears "
@@ -163,6 +199,9 @@ PROBES: tuple[Probe, ...] = (
           clears_in=("start",)),
     Probe(data.probe_prompts_distinct, 3, "a first batch of repeated prompts", "prompts that are varied but wrong",
           clears=("prompt_data",), clears_in=("start",)),
+    Probe(data.probe_prompts_begin_with_one_bos, 3, "prompts whose text already holds the BOS token the encoder adds",
+          "other special tokens a template writes (legitimately, for chat models)", clears=("prompt_data",),
+          clears_in=("start",)),
 )
 
 
@@ -203,7 +242,8 @@ def _run_in_state(ctx: ProbeContext, results: list[ProbeResult], records: list[d
         for result in out:
             results.append(result)
             records.append(asdict(result) | {"specificity": probe.specificity, "clears": list(probe.clears),
-                                             "clears_here": bool(probe.clears) and state in probe.clears_in})
+                                             "clears_here": bool(probe.clears) and state in probe.clears_in,
+                                             "reads": [c for c in probe.reads if c != result.component]})
         if all(r.passed for r in out):
             passed_in.setdefault(probe.name, set()).add(state)
         else:

@@ -56,6 +56,8 @@ FORWARD_TOLERANCES: dict[str, dict[torch.dtype, float]] = {
     "reward_padding_side_invariance": {torch.float32: 1e-4, torch.bfloat16: 0.05},
     # a row alone against the padded batch, as reward_padding_invariance (not measured apart in bf16)
     "reward_read_at_the_last_token": {torch.float32: 1e-4, torch.bfloat16: 0.05},
+    # the same rows in two batches, their padding possibly placed otherwise (as the padding-side probe)
+    "reward_model_learns_from_the_rows_it_scores": {torch.float32: 1e-4, torch.bfloat16: 0.05},
 }
 
 

@@ -11,7 +11,10 @@ first, after Huang et al. 2023 and the TRL docs) and the clues that reorder it
    checks, a batch of repeated prompts;
 3. failed checkup probes move their component to the front, the most specific last (at
    equal specificity a failure at the start last, over one seen only in the moved state),
-   so a probe that proves a bug outranks any circumstantial evidence.
+   so a probe that proves a bug outranks any circumstantial evidence; but a failure that
+   reads the output of another failing component (the checkup's component graph) goes
+   before every failure that does not, so the most upstream failing component ends first
+   and the downstream failure is shown as its possible consequence.
 
 A fix names `RunSettings` fields (`settings.py`); each format renders it in its own
 trainer's vocabulary (`formats/`).
@@ -258,11 +261,25 @@ class CheckupVerdict:
     def specificity(self, probe: str) -> int:
         return self.records.get(probe, {}).get("specificity", 1)
 
-    def weight(self, probe: str) -> tuple[int, bool]:
-        """How strongly a failure points at its component: by specificity, then a failure at
-        the start over one seen only in the moved state (which the run's own, possibly
-        broken, code reached, so a failure there may be another component's doing)."""
-        return self.specificity(probe), self.records.get(probe, {}).get("state", "start") == "start"
+    def upstream(self, probe: str) -> list[Component]:
+        """The failing components whose output `probe` reads (the checkup's component graph):
+        what its failure may be a consequence of."""
+        failing = set(self.failed.values()) - {self.failed.get(probe)}
+        return [c for c in self.records.get(probe, {}).get("reads", []) if c in failing]
+
+    def weight(self, probe: str) -> tuple[bool, int, bool]:
+        """How strongly a failure points at its component: a failure not explained by an
+        upstream one over one that is, then by specificity, then a failure at the start over
+        one seen only in the moved state (which the run's own, possibly broken, code reached,
+        so a failure there may be another component's doing)."""
+        return (not self.upstream(probe), self.specificity(probe),
+                self.records.get(probe, {}).get("state", "start") == "start")
+
+    def explanation(self, probe: str) -> str:
+        upstream = self.upstream(probe)
+        why = f"the checkup probe '{probe}' failed"
+        return why + (f", which may follow from {' and '.join(upstream)} (whose output it reads and whose own "
+                      "probe failed)" if upstream else "")
 
     @staticmethod
     def from_probes(probes: list[dict], cleared: Iterable[Component] = ()) -> "CheckupVerdict":
@@ -303,5 +320,5 @@ def rank_causes(makers: Iterable[CauseMaker], clues: Iterable[Clue], table: Metr
             causes = _promote(causes, found)
     # Weakest first, so the most specific failed probe's component ends up first.
     for probe, component in sorted(checkup.failed.items(), key=lambda item: checkup.weight(item[0])):
-        causes = _promote(causes, Cause(component, f"the checkup probe '{probe}' failed", None))
+        causes = _promote(causes, Cause(component, checkup.explanation(probe), None))
     return causes

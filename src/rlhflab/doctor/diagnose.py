@@ -82,6 +82,8 @@ def checkup_findings(table: MetricTable, checkup: CheckupVerdict | None) -> list
     for probe in checkup.failed:
         record = checkup.records.get(probe, {})
         state = f" (in the {record['state']} state)" if record.get("state") else ""
+        upstream = checkup.upstream(probe)
+        state += f"; may follow from {' and '.join(upstream)}, whose output it reads" if upstream else ""
         evidence.append(Evidence(f"checkup/{probe}", 0, {"measured": record.get("measured", float("nan"))},
                                  f"{record.get('detail', probe)} {record.get('tolerance', '')}".strip() + state,
                                  "rlhflab checkup (rlhflab/checkup/)"))
