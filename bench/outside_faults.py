@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -511,7 +513,11 @@ def rank_of(diagnosis, component: str) -> int | None:
     return ranked.index(component) + 1 if component in ranked else None
 
 
-def run_bug(name: str, base: Path, out: Path, rescore: bool = False) -> dict:
+def run_bug(name: str, base: Path, out: Path, rescore: bool = False, rows: Path | None = None,
+            seeds: list[int] | None = None) -> dict:
+    """Train (unless `rescore`), check and diagnose the bug `name` on seed 0; its row goes to
+    ROWS/NAME.json (ROWS: OUT by default). With `seeds`, also which logged numbers it moves
+    beyond the healthy seed spread (its PPO stage rerun at each further seed)."""
     from rlhflab.checkup import run_checkup
     from rlhflab.config import apply_overrides, config_from_run, parse_override
     from rlhflab.doctor.diagnose import CHECKUP_RULE, diagnose, read_and_diagnose
@@ -544,9 +550,66 @@ def run_bug(name: str, base: Path, out: Path, rescore: bool = False) -> dict:
            "rank": rank_of(diagnosis, bug.component), "rank_before_checkup": rank_of(metrics_view, bug.component),
            "seconds": json.loads((out / f"{name}.json").read_text())["seconds"] if rescore
            else time.perf_counter() - start}
-    (out / f"{name}.json").write_text(json.dumps(row, indent=1))
+    if seeds:
+        row |= {"seeds": seeds, "moved": moved_metrics(name, base, out, seeds)}
+    rows = rows or out
+    rows.mkdir(parents=True, exist_ok=True)
+    (rows / f"{name}.json").write_text(json.dumps(row, indent=1))
     print(json.dumps(row), flush=True)
     return row
+
+
+def rerun_at_seed(name: str | None, base: Path, out: Path, seed: int) -> Path:
+    """The PPO stage again at `ppo.seed = seed`: of the bug `name` (with its stage-2 model,
+    from its first run, when the bug is in stage 2) or, with no name, of the healthy base.
+    Kept and reused once it finished."""
+    from rlhflab.config import apply_overrides, config_from_run, parse_override
+    from rlhflab.ppo.components import COMPONENT_STAGES, PPOComponents
+    from rlhflab.runs import RunDir
+    from rlhflab.verify import rerun
+
+    run = out / (f"{name}-seed{seed}" if name else f"healthy-seed{seed}")
+    if (run / "metrics" / "eval.json").is_file():
+        return run
+    bug = BUGS[name] if name else Bug("", "", {})
+    overrides = dict(parse_override(o) for o in (*bug.config, f"ppo.seed={seed}"))
+    config = apply_overrides(config_from_run(base), overrides, "seed")
+    in_stage2 = any(COMPONENT_STAGES[field] != "ppo" for field in bug.code)
+    rerun(config, RunDir(out / name if in_stage2 else base), RunDir(run), "ppo", replace(PPOComponents(), **bug.code),
+          show_progress=False)
+    return run
+
+
+def last_quarter_means(run: Path) -> dict[str, float]:
+    """Every number a run logs (stage 3's metrics, stage 2's `rm/*` and the rest of stage 2's
+    as `stage2 NAME`; no timings): the mean of its last quarter of steps."""
+    series: dict[str, list[float]] = {}
+    for stage in ("ppo", "reward"):
+        for line in (run / "metrics" / f"{stage}.jsonl").read_text().splitlines():
+            for key, value in json.loads(line).items():
+                if key == "step" or key.startswith("time/") or not isinstance(value, (int, float)):
+                    continue
+                if math.isfinite(value):
+                    name = key if stage == "ppo" or key.startswith("rm/") else f"stage2 {key}"
+                    series.setdefault(name, []).append(float(value))
+    return {name: statistics.fmean(values[-max(1, len(values) // 4):]) for name, values in series.items()}
+
+
+def moved_metrics(name: str, base: Path, out: Path, seeds: list[int]) -> list[str]:
+    """The logged numbers whose last-quarter mean, averaged over the bug's runs at `seeds`,
+    lies outside the range of the healthy runs' at the same seeds (their seed spread)."""
+    healthy = [last_quarter_means(base if i == 0 else rerun_at_seed(None, base, out, seed))
+               for i, seed in enumerate(seeds)]
+    buggy = [last_quarter_means(out / name if i == 0 else rerun_at_seed(name, base, out, seed))
+             for i, seed in enumerate(seeds)]
+    moved = []
+    for metric in sorted(set.intersection(*(set(m) for m in healthy + buggy))):
+        low, high = min(h[metric] for h in healthy), max(h[metric] for h in healthy)
+        mean = statistics.fmean(b[metric] for b in buggy)
+        slack = 1e-9 * (1 + abs(mean))  # the same number computed twice
+        if mean < low - slack or mean > high + slack:
+            moved.append(metric)
+    return moved
 
 
 HARMFUL = 0.15  # gold gain lost against the healthy run's: the bugs a user must not miss
@@ -563,7 +626,12 @@ def _summary(rows: list[dict]) -> list[str]:
         return before is not None and (after is None or after > before)
 
     right = sum(r["first"] == r["component"] for r in rows)
-    return [
+    moving = [r for r in rows if r.get("moved") or r["failed_probes"]]
+    target = [
+        f"- moves a logged number beyond the healthy seed spread (seeds {', '.join(map(str, rows[0]['seeds']))}) or "
+        f"fails a probe: {len(moving)}; noticed {sum(noticed(r) for r in moving)} "
+        f"({', '.join(r['bug'] for r in moving if not noticed(r)) or 'none'} not)"] if rows and "seeds" in rows[0] else []
+    return target + [
         f"- caught by a failed probe: {sum(bool(r['failed_probes']) for r in rows)} of {len(rows)}; noticed at all (a "
         f"probe or a finding on the metrics): {sum(noticed(r) for r in rows)} of {len(rows)}; right component first: "
         f"{right} of {len(rows)}",
@@ -575,15 +643,23 @@ def _summary(rows: list[dict]) -> list[str]:
     ]
 
 
+def _moved(r: dict) -> str:
+    moved = r["moved"]
+    return (", ".join(f"`{m}`" for m in moved[:3]) + (f" and {len(moved) - 3} more" if len(moved) > 3 else "")
+            if moved else "none")
+
+
 def _table(rows: list[dict]) -> list[str]:
+    seeds = bool(rows) and "moved" in rows[0]
     lines = ["| bug | component | gold gain | failed probes | findings on the metrics | first (full doctor) "
-             "| rank before / after the checkup | first (metrics alone) |", "|---|---|---|---|---|---|---|---|"]
+             "| rank before / after the checkup | first (metrics alone) |" + (" logged numbers moved |" if seeds else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if seeds else "")]
     for r in rows:
         ranks = f"{r.get('rank_before_checkup') or '-'} / {r.get('rank') or '-'}"
         lines.append(f"| `{r['bug']}`: {r['what']} | {r['component']} | {r['gold_gain']:+.3f} | "
                      f"{', '.join(r['failed_probes']) or 'none'} | {', '.join(r['metric_findings']) or 'none'} | "
                      f"{r['first']}{' (right)' if r['first'] == r['component'] else ''} | {ranks} | "
-                     f"{r['log_only_first']} |")
+                     f"{r['log_only_first']} |" + (f" {_moved(r)} |" if seeds else ""))
     return lines
 
 
@@ -591,15 +667,22 @@ def markers(batch: str) -> tuple[str, str]:
     return (START, END) if not batch else (f"<!-- outside faults {batch}:start -->", f"<!-- outside faults {batch}:end -->")
 
 
-def render_batch(out: Path, batch: str, commit: str, base: Path) -> str:
-    """A later set's section: its bugs' rows, scored by the code at `commit`."""
-    start, end = markers(batch)
-    rows = [json.loads((out / f"{name}.json").read_text()) for name, bug in BUGS.items()
-            if bug.batch == batch and (out / f"{name}.json").is_file()]
-    lines = [start, f"### Bugs outside the zoo: the set `{batch}` ({len(rows)}), scored at commit {commit}", "",
-             f"Command: `python bench/outside_faults.py --base {base} --out runs/outside-faults --batch {batch} --doc "
-             "docs/benchmarks.md` (2-core CPU, demo preset, seed 0), as the section above; the doctor and the "
-             "checkup as they were at that commit.", "", *_summary(rows), "", *_table(rows)]
+def render_batch(out: Path, batch: str, commit: str, base: Path, label: str = "", seeds: list[int] = ()) -> str:
+    """A later set's section: its bugs' rows (OUT/LABEL/ when rescored under a label), scored
+    by the code at `commit`."""
+    start, end = markers(f"{batch} {label}".strip())
+    folder = out / label if label else out
+    rows = [json.loads((folder / f"{name}.json").read_text()) for name, bug in BUGS.items()
+            if bug.batch == batch and (folder / f"{name}.json").is_file()]
+    title = f"the set `{batch}` ({len(rows)})" + (f" rescored (`{label}`)" if label else "")
+    extra = (f" --rescore --as {label}" if label else "") + (f" --seeds {' '.join(map(str, seeds))}" if seeds else "")
+    lines = [start, f"### Bugs outside the zoo: {title}, scored at commit {commit}", "",
+             f"Command: `python bench/outside_faults.py --base {base} --out runs/outside-faults --batch {batch}{extra} "
+             "--doc docs/benchmarks.md` (2-core CPU, demo preset, seed 0), as the section above; the doctor and the "
+             "checkup as they were at that commit."
+             + (" A logged number moves when its last-quarter mean, averaged over the bug's runs at the seeds "
+                "(`ppo.seed`; the reward model's seed kept), lies outside the range of the healthy runs' at the same "
+                "seeds." if seeds else ""), "", *_summary(rows), "", *_table(rows)]
     return "\n".join(lines + [end]) + "\n"
 
 
@@ -633,17 +716,24 @@ def main() -> None:
     parser.add_argument("--render-only", action="store_true", help="only write the table of OUT's results")
     parser.add_argument("--rescore", action="store_true", help="check and diagnose OUT's trained runs again")
     parser.add_argument("--batch", default="", help="a later set of bugs only (their own section of the doc)")
+    parser.add_argument("--as", dest="label", default="",
+                        help="with --rescore: keep the rows in OUT/LABEL and the section apart from the first scoring")
+    parser.add_argument("--seeds", type=int, nargs="*", default=[],
+                        help="also rerun PPO at these seeds (the first: the runs' own) and say which logged numbers "
+                             "each bug moves beyond the healthy seed spread")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    rows = args.out / args.label if args.label else args.out
     if not args.render_only:
         for name in args.only or [n for n, bug in BUGS.items() if bug.batch == args.batch]:
-            run_bug(name, args.base, args.out, args.rescore)
+            run_bug(name, args.base, args.out, args.rescore, rows, args.seeds)
     if args.doc is not None and args.batch:
         import subprocess
 
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                 text=True).stdout.strip()
-        replace_section(args.doc, *markers(args.batch), render_batch(args.out, args.batch, commit, args.base))
+        replace_section(args.doc, *markers(f"{args.batch} {args.label}".strip()),
+                        render_batch(args.out, args.batch, commit, args.base, args.label, args.seeds))
     elif args.doc is not None:
         replace_section(args.doc, START, END, render(args.out))
 
