@@ -64,14 +64,15 @@ def probe_preference_loss_is_bradley_terry(ctx: ProbeContext) -> ProbeResult:
     rejected = torch.tensor([0.0, 0.5, 3.0], dtype=torch.float64)
     loss, accuracy = ctx.state.components.preference_loss(chosen, rejected)
     (grad,) = torch.autograd.grad(loss, chosen)
+    loss, accuracy = loss.item(), accuracy.item()
     margins = [2.0, 0.0, -2.0]
     sigmoid = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
     want_loss = -sum(math.log(sigmoid(m)) for m in margins) / 3
     want_grad = torch.tensor([-sigmoid(-m) / 3 for m in margins], dtype=torch.float64)
-    error = max(abs(float(loss) - want_loss), abs(float(accuracy) - 1 / 3), float((grad - want_grad).abs().max()))
+    error = max(abs(loss - want_loss), abs(accuracy - 1 / 3), float((grad - want_grad).abs().max()))
     return within("preference_loss_is_bradley_terry", "reward_model", error, 1e-9,
-                  f"largest difference of the loss ({float(loss):.4f}, by hand {want_loss:.4f}), the accuracy "
-                  f"({float(accuracy):.3f}, by hand 0.333 with the tie wrong) and the gradient from the hand "
+                  f"largest difference of the loss ({loss:.4f}, by hand {want_loss:.4f}), the accuracy "
+                  f"({accuracy:.3f}, by hand 0.333 with the tie wrong) and the gradient from the hand "
                   "computation")
 
 
@@ -118,15 +119,16 @@ def probe_reward_step_trains_on_every_labelled_pair(ctx: ProbeContext) -> ProbeR
     def score(rows: torch.Tensor, row_mask: torch.Tensor) -> torch.Tensor:
         return weight * (rows * row_mask).sum(1).double() / 100
 
-    start = float(weight)
+    start = weight.item()
     loss, _ = reward_step(score, Comparisons(ids, mask, None, mask.sum(2), pairs, first), ctx.state.components,
                           torch.optim.SGD([weight], lr=1.0), [weight], max_grad_norm=1e12)
+    loss = loss.item()
     margins = [(features[n, i] - features[n, j]) * (1 if first[n, c] else -1)
                for n in range(N) for c, (i, j) in enumerate(pairs.tolist())]
     sigmoid = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
     want_loss = -sum(math.log(sigmoid(start * float(m))) for m in margins) / len(margins)
     want_grad = -sum(float(m) * sigmoid(-start * float(m)) for m in margins) / len(margins)
-    error = max(abs(float(loss) - want_loss), abs((start - float(weight)) - want_grad))
+    error = max(abs(loss - want_loss), abs((start - weight.item()) - want_grad))
     return within("reward_step_trains_on_every_labelled_pair", "reward_model", error, 1e-9,
-                  f"largest difference of one reward_step's loss ({float(loss):.6f}, by a loop over the {len(margins)} "
+                  f"largest difference of one reward_step's loss ({loss:.6f}, by a loop over the {len(margins)} "
                   f"labelled pairs {want_loss:.6f}) and of its move of the weight from the loop's")
