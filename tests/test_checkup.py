@@ -433,7 +433,8 @@ def test_every_registered_probe_has_a_broken_implementation_it_fails_on():
     tested = {p for p, _ in BROKEN + BROKEN_ONCE_MOVED} | {
         logprobs.probe_old_logprobs_are_the_rollouts, logprobs.probe_ratio_moves_after_first_step,
         reward.probe_reward_model_health, credit.probe_advantages_follow_their_samples,
-        optimizer.probe_optimizer_state_carried}
+        optimizer.probe_optimizer_state_carried,
+        preferences.probe_reward_step_trains_on_every_labelled_pair}  # a broken reward_step, monkeypatched
     assert {probe.run for probe in PROBES} <= tested
 
 
