@@ -850,7 +850,8 @@ def verl_importance_weights_far_below_one():
     ("verl", "mismatch/kl", 0.002), ("verl", "mismatch/is_ratio_mean", 1.0),
     ("nemo-rl", "mismatch/prob_ratio_error", 1.02),  # NeMo-RL's table of observed values: 1.01-1.04
     ("nemo-rl", "mismatch/kl", 3e-4), ("slime", "mismatch/logp_abs_diff", 0.02),
-    ("trl-grpo", "mismatch/logp_abs_diff", 0.5),  # TRL publishes no limit: read, not judged
+    ("trl-grpo", "mismatch/logp_abs_diff", 0.03),  # below ln 1.05 nats
+    ("skyrl", "mismatch/logp_abs_diff", 0.03), ("rlhflab", "mismatch/logp_abs_diff", 0.03),
 ])
 def test_a_mismatch_within_its_trainers_published_limit_is_no_finding(trainer, metric, level):
     records = with_mismatch(healthy_records(6), metric, level)
@@ -869,13 +870,44 @@ def test_a_single_spike_past_the_limit_is_not_a_finding_and_the_fix_is_in_the_tr
 
 
 @firing_trace("sampler_mismatch")
+def a_trl_logprob_gap_constant_from_the_start():
+    """TRL publishes no limit, but a sampler 0.4 nats per token from the trainer from the first
+    step is beyond NeMo-RL's ln 1.05 and slime's 0.1 nats for a logprob gap: a finding at the
+    first smoothed step, not only once it grows (it never does)."""
+    records = with_mismatch(healthy_records(9), "mismatch/logp_abs_diff", 0.4)
+    return Trace(table_of(records, trainer="trl-grpo"), "sampler_mismatch", 0, tolerance=1)
+
+
+@pytest.mark.parametrize("trainer", ["trl-grpo", "skyrl", "slime", "rlhflab"])
+def test_a_constant_logprob_gap_past_the_published_limits_is_high_for_every_trainer_that_logs_it(trainer):
+    records = with_mismatch(healthy_records(10), "mismatch/logp_abs_diff", 0.4)
+    finding = next(f for f in diagnose(table_of(records, trainer=trainer)).findings if f.rule == "sampler_mismatch")
+    assert finding.severity == "high" and finding.onset_step <= 1
+    assert "0.1" in finding.evidence[0].threshold  # the higher of the two limits it crosses
+    # between the two limits: beyond ln 1.05 (0.049 nats), within slime's 0.1
+    between = with_mismatch(healthy_records(10), "mismatch/logp_abs_diff", 0.07)
+    finding = next(f for f in diagnose(table_of(between, trainer=trainer)).findings if f.rule == "sampler_mismatch")
+    assert "0.04879" in finding.evidence[0].threshold
+
+
+@firing_trace("sampler_mismatch")
 def a_sampler_whose_weights_were_never_synced():
     """Shaped like bench/mismatch_calibration.py's never-synced runs: float noise at first,
-    then growing with the policy's drift (a trainer that publishes no limit: the relative rule)."""
+    then growing with the policy's drift by 0.08 nats a step. The gap passes NeMo-RL's ln 1.05
+    nats at once: the 5-step trailing mean is 0.048 at step 4 and 0.096 at step 5."""
     records = with_mismatch(healthy_records(8), "mismatch/logp_abs_diff", 4.5e-7,
                             lambda k: 4.5e-7 + 0.08 * k, start=2)
-    # its early level (steps 5-9 here) is already 0.4: 4x that is reached about step 24
-    return Trace(table_of(records), "sampler_mismatch", 24, tolerance=6)
+    return Trace(table_of(records), "sampler_mismatch", 5, tolerance=2)
+
+
+@firing_trace("sampler_mismatch")
+def a_sampler_lagging_below_the_published_limits():
+    """A gap that grows slowly and ends below ln 1.05 nats (0.033): the relative rule. Its
+    early level, the median of steps 5-9, is 0.004; 4x that, 0.016, is reached at step 37,
+    and by the 5-step trailing mean 2 steps later."""
+    records = with_mismatch(healthy_records(8), "mismatch/logp_abs_diff", 0.002, lambda k: 0.002 + 0.0004 * k,
+                            start=2)
+    return Trace(table_of(records), "sampler_mismatch", 39, tolerance=4)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -119,12 +119,18 @@ def trl_vllm_log(tmp_path, difference):
 
 
 def test_trl_grpo_with_vllm_reads_the_sampler_mismatch_and_holds_it_to_its_own_early_level(tmp_path):
-    """TRL publishes no limit: a level that stays (vLLM's precision) is no finding, one that
-    grows from it as a sampler with lagging weights does is one (medium: a relative limit)."""
+    """TRL publishes no limit: a level that stays (vLLM's precision) within the limits published
+    for a logprob gap is no finding, one that grows from it as a sampler with lagging weights
+    does is one (medium: a relative limit), and one beyond them from the first step is high."""
     steady = trl_vllm_log(tmp_path, lambda i: 0.02 * (1 + 0.05 * math.sin(i)))
     assert steady.get("mismatch/logp_abs_diff").values[0] == pytest.approx(0.02 * (1 + 0.05 * math.sin(1)))
     assert "sampler_mismatch" not in {f.rule for f in diagnose(steady).findings}
-    drifting = trl_vllm_log(tmp_path, lambda i: 0.02 * (1 + 0.25 * max(0, i - 10)))
+    constant = trl_vllm_log(tmp_path, lambda i: 0.4)
+    finding = next(f for f in diagnose(constant).findings if f.rule == "sampler_mismatch")
+    assert finding.severity == "high" and finding.onset_step <= 2 and "slime" in finding.evidence[0].source
+    assert diagnosis_json(diagnose(constant))["findings"][0]["fix"]["changes"] == [
+        "GRPOConfig.vllm_importance_sampling_correction=true"]
+    drifting = trl_vllm_log(tmp_path, lambda i: 0.002 * (1 + 0.25 * max(0, i - 10)))  # ends at 0.017, below them
     finding = next(f for f in diagnose(drifting).findings if f.rule == "sampler_mismatch")
     assert finding.severity == "medium" and "MISMATCH_GROWTH" not in finding.title
     assert "bench/mismatch_calibration.py" in finding.evidence[0].source

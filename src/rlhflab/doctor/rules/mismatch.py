@@ -5,7 +5,9 @@ on-policy; behind many silent failures of RL with vLLM or SGLang (Yao et al. 202
 efficient RL framework secretly brings you off-policy RL training").
 
 Each trainer logs its own quantity (`metrics.MISMATCH_METRICS`). A run is held to the
-limits its trainer's maintainers publish for that quantity, each cited; where they publish
+limits its trainer's maintainers publish for that quantity, each cited, and a logprob gap,
+whoever logs it, to the limits published on logprobs (NeMo-RL's 1.05, as ln 1.05 nats;
+slime's 0.1), so a gap that is large from the first step is a finding; where they publish
 none (TRL, OpenRLHF, prime-rl, ROLL, SkyRL, AReaL: qualitative advice only; rlhflab) it is
 held to its own early level: a sampler whose weights lag the trainer's drifts further as
 the policy moves (MISMATCH_GROWTH, fitted on rlhflab runs with a sampler never synced, since
@@ -17,6 +19,7 @@ the limit unacceptable.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rlhflab.doctor import causes
@@ -48,6 +51,12 @@ NEMO_GEN_KL = Threshold(
     "NEMO_GEN_KL", 1e-3,
     "KL of the generation policy to the trainer's per token (NeMo-RL's gen_kl_error, k3): NeMo-RL "
     "docs/guides/grpo.md, 'KL Divergence Error': below 1e-3 acceptable, investigate anything above")
+NEMO_LOGP_GAP = Threshold(
+    "NEMO_LOGP_GAP", math.log(NEMO_PROB_ERROR.value),
+    "ln 1.05 nats of mean |logp_train - logp_sampler| per token: NeMo-RL's limit of 1.05 on mean "
+    "exp(|logp_train - logp_gen|) (token_mult_prob_error, docs/adding-new-models.md) read on the logprob gap itself. "
+    "By Jensen's inequality a mean gap above ln 1.05 puts NeMo-RL's quantity above 1.05, but a gap below it does "
+    "not keep that quantity below (a few large gaps weigh more in the mean of exponentials): an approximate bound")
 SLIME_ABS_DIFF = Threshold(
     "SLIME_ABS_DIFF", 0.1,
     "mean |logp_train - logp_rollout| (slime's train/train_rollout_logprob_abs_diff): the bound slime asserts on it "
@@ -66,16 +75,25 @@ MISMATCH_GROWTH = Threshold(
     "(vLLM, SGLang), whose healthy mismatch is its precision, not float noise, is not measured: none can run here")
 
 
+EVERY_TRAINER = "*"
+
+
 @dataclass(frozen=True)
 class PublishedLimit:
     """A limit a trainer's maintainers publish for one mismatch quantity: above `high` (or,
-    for a ratio that must stay near 1, below `low` too; `absolute`: on |value|)."""
+    for a ratio that must stay near 1, below `low` too; `absolute`: on |value|). It holds
+    the logs of `trainer`, or of every trainer that logs the quantity (EVERY_TRAINER: a
+    limit on the logprob gap itself, which means the same whoever logs it)."""
 
-    trainer: str  # the dialect whose logs it holds
+    publisher: str  # the trainer whose maintainers publish it
     metric: str
     high: Threshold
     low: Threshold | None = None
     absolute: bool = False
+    trainer: str = ""  # the dialect whose logs it holds: the publisher's by default
+
+    def holds(self, trainer: str) -> bool:
+        return (self.trainer or self.publisher) in (trainer, EVERY_TRAINER)
 
     def crossed(self, value: float) -> bool:
         v = abs(value) if self.absolute else value
@@ -93,7 +111,10 @@ LIMITS: tuple[PublishedLimit, ...] = (
     PublishedLimit("verl", "mismatch/is_ratio_mean", VERL_IS_MEAN_HIGH, VERL_IS_MEAN_LOW),
     PublishedLimit("nemo-rl", "mismatch/prob_ratio_error", NEMO_PROB_ERROR),
     PublishedLimit("nemo-rl", "mismatch/kl", NEMO_GEN_KL),
-    PublishedLimit("slime", "mismatch/logp_abs_diff", SLIME_ABS_DIFF),
+    # On the logprob gap, for every trainer that logs one (TRL, SkyRL, slime, rlhflab): a
+    # constant gap beyond these is a finding from its first steps, not only a growing one.
+    PublishedLimit("nemo-rl", "mismatch/logp_abs_diff", NEMO_LOGP_GAP, trainer=EVERY_TRAINER),
+    PublishedLimit("slime", "mismatch/logp_abs_diff", SLIME_ABS_DIFF, trainer=EVERY_TRAINER),
 )
 
 
@@ -123,20 +144,23 @@ def mismatch_growth(metric: str, values: list[float]) -> tuple[float, list[float
 
 @rule("sampler_mismatch", "component_bug",
       thresholds=(VERL_PROB_DIFF, VERL_ROLLOUT_KL, VERL_IS_MEAN_HIGH, VERL_IS_MEAN_LOW, NEMO_PROB_ERROR, NEMO_GEN_KL,
-                  SLIME_ABS_DIFF, MISMATCH_GROWTH),
+                  NEMO_LOGP_GAP, SLIME_ABS_DIFF, MISMATCH_GROWTH),
       causes=(causes.sampler_mismatch, causes.sampler_settings))
 def sampler_mismatch(table: MetricTable) -> Detection | None:
     """The inference engine's logprobs drift from the trainer's beyond the limit the log's
     trainer publishes for the quantity it logs (veRL: probability difference, rollout KL,
     importance weights; NeMo-RL: multiplicative probability error, generation KL; slime:
-    absolute logprob difference), on the smoothed series: high when the run ends beyond it,
-    medium when it returned. For a quantity its trainer publishes no limit for (TRL,
-    OpenRLHF, prime-rl, ROLL, SkyRL, AReaL, rlhflab), growing to MISMATCH_GROWTH times its
-    early level (medium)."""
+    absolute logprob difference), and a logprob gap from any trainer to NeMo-RL's ln 1.05
+    and slime's 0.1 nats, on the smoothed series: high when the run ends beyond it, medium
+    when it returned. For a quantity its trainer publishes no limit for (TRL, OpenRLHF,
+    prime-rl, ROLL, SkyRL, AReaL, rlhflab) and that crosses none, growing to
+    MISMATCH_GROWTH times its early level (medium)."""
     found = []
-    published = {limit.metric for limit in LIMITS if limit.trainer == table.settings.trainer}
+    # The quantities the log's own trainer publishes limits for are held to those alone; the
+    # others keep the relative rule as well (a lagging sampler below an absolute limit).
+    published = {limit.metric for limit in LIMITS if limit.publisher == table.settings.trainer}
     for limit in LIMITS:
-        series = table.get(limit.metric) if table.settings.trainer == limit.trainer else None
+        series = table.get(limit.metric) if limit.holds(table.settings.trainer) else None
         if series is None or len(series) < 3:
             continue
         smoothed = smooth(series.values, window(len(series)))
@@ -145,7 +169,8 @@ def sampler_mismatch(table: MetricTable) -> Detection | None:
             found.append((limit, series, smoothed, beyond))
     if not found:
         return _grown(table, published)
-    limit, series, smoothed, beyond = max(found, key=lambda f: len(f[3]))
+    # The limit crossed longest; at equal length the higher (slime's 0.1 over ln 1.05 on one gap).
+    limit, series, smoothed, beyond = max(found, key=lambda f: (len(f[3]), f[0].high.value))
     ends_beyond = limit.crossed(smoothed[-1])
     onset = beyond[0]
     worst = max(series.values, key=abs) if limit.absolute else (
