@@ -115,3 +115,37 @@ def test_a_nan_loss_is_a_value_not_a_missing_cell(tmp_path):
                                 [120, float("nan"), float("nan")]]))
     table = read_log(path)
     assert table.non_finite  # the diverged row is kept, and the non-finite rule sees it
+
+
+def markdown_table(items: list[list]) -> str:
+    """The rendered progress table as a markdown pipe table (copied, or converted with the
+    notebook's HTML tables turned into pipe tables)."""
+    lines = ["| " + " | ".join(items[0]) + " |", "|" + "---|" * len(items[0])]
+    return "\n".join(lines + ["| " + " | ".join(cell(v) for v in row) + " |" for row in items[1:]]) + "\n"
+
+
+def test_a_table_saved_as_markdown_is_read_as_the_html_one(tmp_path):
+    rows = unsloth_rows(range(1, 31), collapse=True)
+    as_html, as_markdown = tmp_path / "run.html", tmp_path / "run.md"
+    as_html.write_text(html_table([UNSLOTH, *rows]))
+    as_markdown.write_text("# My GRPO run\n\nSome notes.\n\n" + markdown_table([UNSLOTH, *rows]) + "\nThe end.\n")
+    assert detect_format(as_markdown).name == "notebook-table"
+    html_log, markdown_log = read_log(as_html), read_log(as_markdown)
+    assert set(markdown_log.series) == set(html_log.series)
+    for name in html_log.series:
+        assert markdown_log.get(name).values == html_log.get(name).values, name
+    assert not any("ends inside" in note for note in markdown_log.notes)
+
+
+def test_a_table_cut_mid_cell_is_read_to_its_last_whole_row_and_said(tmp_path):
+    rows = unsloth_rows(range(1, 31), collapse=True)
+    whole_html, whole_markdown = html_table([UNSLOTH, *rows]), markdown_table([UNSLOTH, *rows])
+    # cut inside the 21st row's third cell: rows 1-20 are whole
+    html_cut = whole_html[:whole_html.index(f"<td>{21}</td>") + 40]
+    markdown_cut = whole_markdown[:whole_markdown.index("| 21 |") + 14]
+    for name, text in (("cut.html", html_cut), ("cut.md", markdown_cut)):
+        path = tmp_path / name
+        path.write_text(text)
+        log = read_log(path)
+        assert log.get("response/length_mean").steps[-1] == 20 and log.steps_read == 20, name
+        assert any("ends inside a progress table: read to its last whole row (step 20)" in n for n in log.notes), name

@@ -1,6 +1,9 @@
 """The progress table a transformers trainer renders in a Jupyter or Colab notebook
 (`transformers.utils.notebook.NotebookProgressCallback`): an HTML table under the progress
-bar, in a saved `.ipynb` (its `text/html` outputs) or in HTML copied out of one.
+bar, in a saved `.ipynb` (its `text/html` outputs) or in HTML copied out of one, or the same
+table as a markdown pipe table (copied or converted into a `.md` file). A file that ends
+inside a table (a copy cut short, a notebook saved mid-write) is read to its last whole row,
+and said.
 
 `text_to_html_table` writes `<table border="1" class="dataframe">`, a header row of `<th>`
 and one `<tr>` of `<td>` per logged row; floats as `{:.6f}`, and a cell a row has no value
@@ -19,6 +22,7 @@ import html
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,9 @@ from rlhflab.doctor.formats import trl
 from rlhflab.doctor.formats.spec import LogFormat, LogFormatError, RawLog, UserMapping
 from rlhflab.doctor.formats.text import open_text
 
-_TABLE = re.compile(r"<table[^>]*class=\"dataframe\"[^>]*>(.*?)</table>", re.DOTALL | re.IGNORECASE)
+_TABLE = re.compile(r"<table[^>]*class=\"dataframe\"[^>]*>(.*?)(</table>|\Z)", re.DOTALL | re.IGNORECASE)
+_PIPE_ROW = re.compile(r"^\s*\|(.*)$")
+_PIPE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 _ROW = re.compile(r"<tr[^>]*>(.*?)</tr>", re.DOTALL | re.IGNORECASE)
 _CELL = re.compile(r"<t([hd])[^>]*>(.*?)</t[hd]>", re.DOTALL | re.IGNORECASE)
 _TAG = re.compile(r"<[^>]+>")
@@ -81,29 +87,78 @@ def _column_name(header: str, evaluating: bool) -> str:
     return name
 
 
-def training_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
-    """(header, rows) of each progress table in `text`: tables whose first column is Step
-    or Epoch and that show a training loss."""
+@dataclass(frozen=True)
+class ProgressTable:
+    header: list[str]
+    rows: list[list[str]]
+    cut: bool = False  # the file ends inside the table: its rows up to the last whole one
+
+
+def _is_progress_header(header: list[str]) -> bool:
+    return bool(header) and header[0].lower() in FIRST_COLUMNS and "training loss" in (h.lower() for h in header)
+
+
+def _html_tables(text: str) -> list[ProgressTable]:
+    """The HTML tables; one the file ends inside (no `</table>`) keeps its whole `<tr>` rows."""
     tables = []
-    for body in _TABLE.findall(text):
+    for body, closed in _TABLE.findall(text):
         rows = [_cells(r) for r in _ROW.findall(body)]
         if not rows or not rows[0] or any(kind != "h" for kind, _ in rows[0]):
             continue
         header = [text for _, text in rows[0]]
-        if header[0].lower() not in FIRST_COLUMNS or "training loss" not in (h.lower() for h in header):
-            continue
-        tables.append((header, [[text for _, text in cells] for cells in rows[1:] if cells]))
+        if _is_progress_header(header):
+            tables.append(ProgressTable(header, [[text for _, text in cells] for cells in rows[1:] if cells],
+                                        cut=not closed))
     return tables
+
+
+def _pipe_cells(line: str) -> list[str] | None:
+    """The cells of a markdown table row `| a | b |`; None for a row cut before its closing `|`."""
+    body = line.strip()
+    if not body.endswith("|") or len(body) < 2:
+        return None
+    return [html.unescape(cell.strip()) for cell in body[1:-1].split("|")]
+
+
+def _markdown_tables(text: str) -> list[ProgressTable]:
+    """Progress tables as markdown pipe tables (the rendered table copied or converted into a
+    markdown file): a header row, a rule of dashes, then rows; a last row cut before its
+    end (fewer cells, no closing `|`) at the end of the file is left out and said."""
+    lines = text.splitlines()
+    tables, i = [], 0
+    while i + 1 < len(lines):
+        header = _pipe_cells(lines[i]) if _PIPE_ROW.match(lines[i]) else None
+        if header is None or not _PIPE_RULE.match(lines[i + 1]) or not _is_progress_header(header):
+            i += 1
+            continue
+        rows, cut, j = [], False, i + 2
+        while j < len(lines) and _PIPE_ROW.match(lines[j]):
+            cells = _pipe_cells(lines[j])
+            if cells is None or len(cells) != len(header):
+                cut = j == len(lines) - 1  # a row broken off at the file's end; elsewhere a table's end
+                break
+            rows.append(cells)
+            j += 1
+        tables.append(ProgressTable(header, rows, cut))
+        i = j
+    return tables
+
+
+def training_tables(text: str) -> list[ProgressTable]:
+    """Each progress table in `text`, HTML or markdown: tables whose first column is Step or
+    Epoch and that show a training loss."""
+    return _html_tables(text) + _markdown_tables(text)
 
 
 def _read(path: Path, mapping: UserMapping) -> RawLog:
     tables = training_tables(_html_of(path))
     if not tables:
-        raise LogFormatError(f"{path}: no trainer progress table (a <table class=\"dataframe\"> whose first column is "
-                             "Step or Epoch, with a Training Loss column)")
+        raise LogFormatError(f"{path}: no trainer progress table (a <table class=\"dataframe\"> or a markdown table "
+                             "whose first column is Step or Epoch, with a Training Loss column)")
     records: list[dict[str, Any]] = []
     evaluation: list[dict[str, Any]] = []
-    for header, rows in tables:
+    for table in tables:
+        header, rows = table.header, table.rows
         evaluating = any(h.lower() == "validation loss" for h in header)
         step_key = FIRST_COLUMNS[header[0].lower()]
         names = [step_key] + [_column_name(h, evaluating) for h in header[1:]]
@@ -121,6 +176,9 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
                 evaluation.append({"step": int(step), **held_out})
     notes = [f"read from {len(tables)} progress tables (a run trained again or resumed): a step shown twice keeps "
              "its last values"] if len(tables) > 1 else []
+    notes += [f"the file ends inside a progress table: read to its last whole row (step {table.rows[-1][0]})"
+              if table.rows else "the file ends inside a progress table before its first whole row"
+              for table in tables if table.cut]
     if records and all(set(r) <= {"step", "epoch", "loss"} for r in records):
         notes.append("the table shows the training loss only (transformers' notebook callback writes no other "
                      "training metric): the trainer's trainer_state.json or logger holds them")
@@ -132,7 +190,7 @@ def _recognise(path: Path) -> bool:
         return False
     with path.open("rb") as handle:
         head = handle.read(8 << 20).decode("utf-8", errors="replace")
-    if "dataframe" not in head:
+    if "dataframe" not in head and "|" not in head:
         return False
     text = head.replace('\\"', '"').replace("\\n", "\n") if path.suffix == ".ipynb" else head
     return bool(training_tables(text))
@@ -140,8 +198,8 @@ def _recognise(path: Path) -> bool:
 
 FORMAT = LogFormat(
     name="notebook-table",
-    description="the HTML progress table a transformers trainer renders in a Jupyter/Colab notebook (.ipynb, or "
-                "its HTML copied out)",
+    description="the progress table a transformers trainer renders in a Jupyter/Colab notebook (.ipynb, its HTML "
+                "copied out, or the table in markdown), read to its last whole row when cut",
     recognise=_recognise,
     read=_read,
     dialects=trl.DIALECTS,
