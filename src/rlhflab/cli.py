@@ -416,6 +416,9 @@ def doctor(
     top: int = typer.Option(3, "--top", min=1, help="With --plan: the fixes of the doctor's top K causes."),
     plan_out: str = typer.Option("ablation", "--plan-out", help="With --plan: the directory the planned runs "
                                  "write under (ARM/seedK/ each)."),
+    run: Optional[int] = typer.Option(None, "--run", min=1, help="A console holding several runs (a banner or a "
+                                      "printed config before a step counter that started over): diagnose run N "
+                                      "(1 = the first; default the last)."),
 ) -> None:
     """Diagnose a run or another trainer's log: findings, evidence, ranked causes, fixes.
 
@@ -448,7 +451,7 @@ def doctor(
         _follow(path, parse_map_options(mapping), format_name, stop_on, interval, idle_exit)
     try:
         table, diagnosis = read_and_diagnose(path, parse_map_options(mapping), format_name, samples,
-                                             truth=lambda table: _rated_truth(path, truth, table))
+                                             truth=lambda table: _rated_truth(path, truth, table), run=run)
     except LogFormatError as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None

@@ -94,12 +94,14 @@ def checkup_findings(table: MetricTable, checkup: CheckupVerdict | None) -> list
 
 def read_and_diagnose(path: Path, mapping: UserMapping | None = None, format_name: str | None = None,
                       samples: Path | None = None,
-                      truth: Callable[[MetricTable], RatedTruth | None] | None = None) -> tuple[MetricTable, Diagnosis]:
+                      truth: Callable[[MetricTable], RatedTruth | None] | None = None,
+                      run: int | None = None) -> tuple[MetricTable, Diagnosis]:
     """Read a log (its format detected, or forced) and its samples (`samples`, or those
     found beside it) and diagnose it, with the run's checkup when it is a run directory
     that has one: the table (for a report) and the diagnosis. `truth`, given the table,
-    returns a rated truth to read as its gold (doctor/truth.py), or None."""
-    table = read_log(Path(path), mapping, format_name, samples)
+    returns a rated truth to read as its gold (doctor/truth.py), or None. `run` picks one run
+    of a console holding several (1-based; the last by default)."""
+    table = read_log(Path(path), mapping, format_name, samples, run=run)
     rated = truth(table) if truth is not None else None
     if rated is not None:
         attach_truth(table, rated)

@@ -41,6 +41,7 @@ from rlhflab.doctor.formats import (
     wandb_run,
 )
 from rlhflab.doctor.formats.resolver import resolve
+from rlhflab.doctor.formats.runs import choose_run
 from rlhflab.doctor.formats.spec import (
     CANONICAL,
     Column,
@@ -96,17 +97,19 @@ def detect_format(path: Path) -> LogFormat:
 
 
 def read_log(path: Path, mapping: UserMapping | None = None, format_name: str | None = None,
-             samples: Path | None = None, find_samples: bool = True) -> MetricTable:
+             samples: Path | None = None, find_samples: bool = True, run: int | None = None) -> MetricTable:
     """The metrics table of a log: its format detected by content, or forced by name; with
     the measures of its sample files (`samples`, else those found beside the log unless
-    `find_samples` is off: doctor/samples.py)."""
+    `find_samples` is off: doctor/samples.py). A console holding several runs gives its
+    last, or run `run` (1-based; formats/runs.py)."""
     path = Path(path)
     if not path.exists():
         raise LogFormatError(f"{path}: no such file or directory")
     fmt = get_format(format_name) if format_name else detect_format(path)
     mapping = mapping or UserMapping()
     with _collector_paused():
-        table = build_table(fmt.read(path, mapping), fmt, mapping, str(path), DIALECTS_BY_NAME, guess=resolve)
+        raw = choose_run(fmt.read(path, mapping), run, str(path))
+        table = build_table(raw, fmt, mapping, str(path), DIALECTS_BY_NAME, guess=resolve)
     if samples is not None:
         sample_sets = [sample_files.read_samples(Path(samples), mapping.for_samples())]
     else:

@@ -17,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from rlhflab.doctor.formats import trl
+from rlhflab.doctor.formats.runs import run_starts
 from rlhflab.doctor.formats.spec import LogFormat, RawLog, UserMapping
 from rlhflab.doctor.formats.text import open_text, plain
 from rlhflab.doctor.formats.trainer_state import is_evaluation_row
 
+# transformers' Trainer logs it at the start of every `train()` (trainer.py, `_inner_training_loop`).
+_BANNER = "***** Running training *****"
 _DICT = re.compile(r"\{'[^'\n]+': [^\n]*\}")
 _BAR = re.compile(r"(\d+)/(\d+) \[")
 _NON_FINITE = re.compile(r"(?<![\w'])(nan|inf|-inf)(?![\w'])")
@@ -93,7 +96,10 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
     total = training_bar_total(segments)
     bar_step: int | None = None
     lowest: int | None = None  # the lowest count the bar showed since the last dict
+    banners: set[int] = set()  # records with transformers' training banner printed before them
     for segment in segments:
+        if _BANNER in segment:
+            banners.add(len(records))
         for match in _BAR.finditer(segment):
             if int(match.group(2)) == total:
                 bar_step = int(match.group(1))
@@ -121,7 +127,8 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
         for index, row in enumerate(records + evaluation):
             del row[_BAR_STEP]
             row["step"] = index
-    return RawLog(records, notes=[note], eval_records=evaluation)
+    return RawLog(records, notes=[note], eval_records=evaluation,
+                  run_starts=run_starts([row["step"] for row in records], banners))
 
 
 def _recognise(path: Path) -> bool:

@@ -60,6 +60,10 @@ class RawLog:
     notes: list[str] = field(default_factory=list)
     dialect: str | None = None  # the trainer, when the container tells it; else the names decide
     eval_records: list[dict[str, Any]] = field(default_factory=list)  # evaluation rows, kept apart
+    # A console holding several runs (formats/runs.py): the record index where each later one
+    # starts, and each run's settings when its config was printed.
+    run_starts: list[int] = field(default_factory=list)
+    run_settings: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

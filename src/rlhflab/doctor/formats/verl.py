@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rlhflab.doctor.formats.runs import run_starts
 from rlhflab.doctor.formats.spec import Column, Dialect, LogFormat, LogFormatError, RawLog, UserMapping
 from rlhflab.doctor.formats.text import json_objects, open_text, plain
 from rlhflab.doctor.table import MetricTable
@@ -184,9 +185,10 @@ def _read_console(path: Path, mapping: UserMapping) -> RawLog:
     """Every `step:N - ...` line (anywhere in a console capture) and the config the driver
     prints at start (its continuation lines are those with the same Ray tag, up to the
     first step line: a config whose braces never balance, cut or holding a template's
-    braces in a string, must not swallow the steps)."""
+    braces in a string, must not swallow the steps). A config printed again before a step
+    counter that started over begins another run (formats/runs.py), with its own settings."""
     records: list[dict[str, Any]] = []
-    settings: dict[str, Any] = {}
+    configs: list[tuple[int, dict[str, Any]]] = []  # (records before it, its settings)
     config_lines: list[str] | None = None
     config_tag = ""
     with open_text(path) as handle:
@@ -197,23 +199,27 @@ def _read_console(path: Path, mapping: UserMapping) -> RawLog:
             line = bare[len(tag):]
             if config_lines is not None and tag == config_tag and parse_step_line(line) is not None:
                 config_lines = None  # a step line ends a printed config whose braces never balanced
+            if config_lines is None and _CONFIG_START.match(line):
+                config_lines, config_tag = [], tag
             if config_lines is not None and tag == config_tag:
                 config_lines.append(line)
                 text = "\n".join(config_lines)
-                if text.count("{") <= text.count("}"):
-                    settings = _parse_config(text)
+                if text.count("{") <= text.count("}"):  # a config printed on one line ends here too
+                    configs.append((len(records), _parse_config(text)))
                     config_lines = None
                 elif len(config_lines) > 2000:
                     config_lines = None
                 continue
-            if not settings and config_lines is None and _CONFIG_START.match(line):
-                config_lines, config_tag = [line], tag
-                continue
             record = parse_step_line(line)
             if record is not None:
                 records.append(record)
+    starts = run_starts([r["step"] for r in records], {at for at, _ in configs})
+    run_settings = [next((found for at, found in reversed(configs) if at <= start and found), {})
+                    for start in [0, *starts]]
+    settings = run_settings[-1] if starts else next((found for _, found in configs if found), {})
     notes = [] if settings else ["no printed config found: the run's settings (beta, clip, lr) are unknown"]
-    return RawLog(records, settings=settings, notes=notes, dialect=DIALECT.name)
+    return RawLog(records, settings=settings, notes=notes, dialect=DIALECT.name, run_starts=starts,
+                  run_settings=run_settings if starts else [])
 
 
 def _parse_config(text: str) -> dict[str, Any]:
