@@ -914,3 +914,71 @@ def a_sampler_lagging_below_the_published_limits():
 def test_a_sampler_that_is_the_trainer_is_float_noise_and_no_finding(seed):
     records = with_mismatch(healthy_records(seed), "mismatch/logp_abs_diff", 4.5e-7, seed=seed)
     assert "sampler_mismatch" not in fired(table_of(records, trainer="rlhflab"))
+
+
+# --- several rewards -----------------------------------------------------------------------------
+def with_reward(records, name, level, seed=0, rise=0.0):
+    """`name` logged beside the run's rewards: `level` plus `rise` x the run's progress, with noise."""
+    rng = random.Random(seed)
+    for r in records:
+        r[name] = level + rise * r["step"] / (len(records) - 1) + rng.gauss(0, 0.02)
+    return records
+
+
+@firing_trace("rewards_disagree")
+def a_loop_logging_a_second_reward_that_stays_flat():
+    """The proxy climbs from about 0.1 to 1.5 with noise 0.05 while a reward of the loop's own
+    (`reward_judge`, no canonical name) stays at 0.5: the proxy passes its first window's level
+    plus 3 sigma (about 0.25) near step 5, its 5-step trailing mean two or three steps later."""
+    records = with_reward(healthy_records(11, gold=False), "reward_judge", 0.5)
+    return Trace(table_of(records), "rewards_disagree", 8, tolerance=4)
+
+
+def test_rewards_that_climb_together_or_are_defined_from_one_another_do_not_disagree():
+    # a second reward that follows the proxy
+    follows = with_reward(healthy_records(12, gold=False), "reward_judge", 0.3, rise=0.8)
+    assert "rewards_disagree" not in fired(table_of(follows))
+    # the KL-penalised total and the EOS-penalised score are defined from the proxy
+    defined = healthy_records(13, gold=False)
+    for r in defined:
+        r["reward/score_mean"], r["reward/total_mean"] = r["reward/proxy_mean"] - 0.1, 0.2
+    assert "rewards_disagree" not in fired(table_of(defined))
+    # reward functions that both climb, and the reward their sum
+    functions = with_reward(with_reward(healthy_records(14, gold=False), "reward/function/format", 0.1, 1, 0.6),
+                            "reward/function/accuracy", 0.0, 2, 0.8)
+    for r in functions:
+        r["reward/proxy_mean"] = r["reward/function/format"] + r["reward/function/accuracy"]
+    assert "rewards_disagree" not in fired(table_of(functions))
+
+
+def test_a_reward_that_is_a_weighted_sum_of_others_is_no_second_opinion():
+    from rlhflab.doctor.rules.hacking import independent_rewards, is_combination
+    from rlhflab.doctor.table import Series
+
+    rng = random.Random(0)
+    steps = tuple(range(40))
+    f = Series(steps, tuple(rng.random() * 0.01 for _ in steps))
+    g = Series(steps, tuple(0.2 + 0.01 * s + rng.gauss(0, 0.02) for s in steps))
+    total = Series(steps, tuple(100 * a + b for a, b in zip(f.values, g.values)))
+    assert is_combination(total, [f, g]) and not is_combination(g, [f])
+    assert set(independent_rewards({"reward/f": f, "reward/g": g, "reward/mean": total})) == {"reward/f", "reward/g"}
+    assert set(independent_rewards({"reward/g": g, "reward/mean": g})) == {"reward/g"}  # one equal to another
+
+
+@pytest.mark.parametrize("log, fires", [("tinker_leetcode_llama3.2-3b_g-compilable_easy.jsonl", True),
+                                         ("tinker_leetcode_llama3.2-3b_100f+g_easy.jsonl", False)])
+def test_the_researchers_loop_with_two_rewards_reads_as_its_manifest_says(log, fires):
+    """../shared/real_logs/MANIFEST.md: the trained reward g climbs while the hidden-test reward
+    f stays near 0 (reward hacking); its control (reward 100 f + g) is healthy."""
+    from pathlib import Path
+
+    from rlhflab.doctor.formats import read_log
+
+    path = Path(__file__).resolve().parents[2] / "shared" / "real_logs" / log
+    if not path.is_file():
+        pytest.skip(f"{path} is not on this machine")
+    findings = {f.rule: f for f in diagnose(read_log(path)).findings}
+    assert ("rewards_disagree" in findings) == fires
+    if fires:
+        assert "reward/g climbed" in findings["rewards_disagree"].title
+        assert "--map reward/f=reward/gold_mean" in findings["rewards_disagree"].title

@@ -3,11 +3,13 @@ measured against a gold signal when the log has one and inferred from drift othe
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Callable
 
 from rlhflab.doctor import causes
 from rlhflab.doctor.findings import Evidence
+from rlhflab.doctor.metrics import EVAL_PREFIX, KNOWN, REWARD_FUNCTION_PREFIX
 from rlhflab.doctor.rules.kl import kl_limit, level
 from rlhflab.doctor.rules.registry import Detection, Threshold, crossing, evidence, persistence, rule
 from rlhflab.doctor.rules.reward_model import RM_SCORES_LENGTH, RM_WEAK
@@ -312,3 +314,132 @@ def proxy_out_of_range(table: MetricTable) -> Detection | None:
                     lambda s: f"proxy reward beyond the reward model's training range (max {limit:.2f})",
                     f"batch-mean proxy > the highest score on RM training data ({limit:.2f})",
                     "Gao et al. 2022; an RM is only trustworthy on the distribution it was trained on")
+
+
+# --- several rewards ------------------------------------------------------------------------
+REWARDS_CLIMB = Threshold(
+    "REWARDS_CLIMB", 3.0,
+    "standard deviations of a reward's own step-to-step noise (signals.noise_sigma) that it gains from its first "
+    "window to its last: a climb beyond noise, as the other rules' 3-sigma gates")
+REWARDS_FOLLOW = Threshold(
+    "REWARDS_FOLLOW", 0.16,
+    "of the climbing reward's gain, each reward in its own noise: another reward that gained less (or fell) did not "
+    "follow it. Fitted on the faults bench's demo runs read with their gold as an unnamed second reward "
+    "(bench/rewards_disagree.py): healthy seeds 0.49-0.90 of the proxy's gain, the runs whose gold stayed flat or "
+    "fell while the proxy climbed (kl_coef_zero, ref_is_policy, rm_overfit) -0.35-0.05; 0.16 is the geometric "
+    "middle of 0.05 and 0.49 (3.1x from each). Checked on two public logs of one researcher's loop not fitted on "
+    "(../shared/real_logs, MANIFEST.md): the run labelled reward hacking 0.10 (its hidden-test reward against the "
+    "trained one), its healthy control 0.23")
+# Parts of a name that make a reward-like series a statistic of a reward, or a penalty (the KL
+# term TRL logs as `objective/non_score_reward`), not a reward.
+_NOT_A_REWARD = ("std", "min", "max", "var", "frac", "ratio", "zero", "corr", "count", "clip", "time", "kl",
+                 "penalty", "non_score")
+# Canonical rewards defined from the proxy (its EOS-penalised score, its KL-penalised total) or
+# that are the truth (the gold, held by the rules above): not a second opinion on it.
+_DEFINED_FROM_PROXY = ("reward/score_mean", "reward/total_mean", "reward/gold_mean")
+
+
+def reward_series(table: MetricTable) -> dict[str, Series]:
+    """The rewards a log holds side by side: the proxy, each reward function's, and any
+    series of its own whose name says reward or score (not a statistic of one, not an
+    evaluation), with at least 10 points."""
+    found = {}
+    for name in sorted(table.series):
+        lowered = name.lower()
+        canonical = name == "reward/proxy_mean" or name.startswith(REWARD_FUNCTION_PREFIX)
+        own = (name not in KNOWN and not lowered.startswith(EVAL_PREFIX) and ("reward" in lowered or "score" in lowered)
+               and not any(part in lowered for part in _NOT_A_REWARD))
+        series = table.get(name, any_unit=True) if (canonical or own) and name not in _DEFINED_FROM_PROXY else None
+        if series is not None and len(series) >= 10:
+            found[name] = series
+    return found
+
+
+def _solve(matrix: list[list[float]], vector: list[float]) -> list[float] | None:
+    """The solution of a small linear system by Gaussian elimination with pivoting; None
+    when it is singular."""
+    n = len(vector)
+    rows = [row[:] + [v] for row, v in zip(matrix, vector)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(rows[r][col]))
+        if abs(rows[pivot][col]) < 1e-12:
+            return None
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        for r in range(n):
+            if r != col:
+                factor = rows[r][col] / rows[col][col]
+                rows[r] = [a - factor * b for a, b in zip(rows[r], rows[col])]
+    return [rows[i][n] / rows[i][i] for i in range(n)]
+
+
+def is_combination(target: Series, others: list[Series]) -> bool:
+    """Whether `target` is a fixed weighted sum of `others` plus a constant on the steps all
+    share, to within 0.1% of its variance (one reward equal to another, a reward logged with
+    its parts, 100 f + g): related by definition, so no second opinion on them."""
+    common = set(target.steps).intersection(*(s.steps for s in others))
+    if len(common) < len(others) + 3:
+        return False
+    columns = [[v for step, v in zip(s.steps, s.values) if step in common] for s in others]
+    y = [v for step, v in zip(target.steps, target.values) if step in common]
+    design = [[1.0, *(c[i] for c in columns)] for i in range(len(y))]
+    normal = [[sum(r[a] * r[b] for r in design) for b in range(len(design[0]))] for a in range(len(design[0]))]
+    weights = _solve(normal, [sum(r[a] * v for r, v in zip(design, y)) for a in range(len(design[0]))])
+    variance = statistics.pvariance(y)
+    if weights is None or variance == 0:
+        return variance == 0
+    residual = statistics.fmean((v - sum(w * x for w, x in zip(weights, r))) ** 2 for r, v in zip(design, y))
+    return residual <= 1e-3 * variance
+
+
+def independent_rewards(rewards: dict[str, Series], bases: tuple[Series, ...] = ()) -> dict[str, Series]:
+    """`rewards` without those that are combinations of the rest and of `bases` (rewards
+    defined from the proxy, never compared themselves): the longest name dropped first, so
+    a sum keeps its parts and `reward/mean` equal to `reward/g` keeps the latter; a KL
+    penalty logged apart (the total minus the score) goes."""
+    kept = dict(rewards)
+    for name in sorted(rewards, key=lambda n: (-len(n), n)):
+        # the bases are made from the proxy: it is no combination of them, but the source
+        others = [s for other, s in kept.items() if other != name] + ([] if name == "reward/proxy_mean" else list(bases))
+        if others and is_combination(kept[name], others):
+            del kept[name]
+    return kept
+
+
+def gain(series: Series) -> float:
+    """A series' gain from its first window to its last, in its own noise."""
+    values = list(series.values)
+    width = window(len(values))
+    noise = noise_sigma(values) or statistics.pstdev(values)
+    return (statistics.fmean(values[-width:]) - baseline(values, width)) / noise if noise else 0.0
+
+
+@rule("rewards_disagree", "reward_hacking", causes=(causes.exploitable_reward_model, causes.kl_control))
+def rewards_disagree(table: MetricTable) -> Detection | None:
+    """A log with several rewards not related by definition (a score and its KL-penalised
+    total are; GRPO's reward functions and their sum are; any fixed weighted sum of others
+    is) where one climbs beyond its noise and another does not follow (flat or falling):
+    the optimised reward and the one that matters may be different, and nothing in the
+    names says which is the truth (medium)."""
+    bases = tuple(s for name in _DEFINED_FROM_PROXY[:2] if (s := table.get(name, any_unit=True)) is not None)
+    rewards = independent_rewards(reward_series(table), bases)
+    gains = {name: gain(series) for name, series in rewards.items()}
+    pairs = [(gains[a], gains[b] / gains[a], a, b) for a in rewards for b in rewards
+             if a != b and gains[a] >= REWARDS_CLIMB.value and gains[b] / gains[a] <= REWARDS_FOLLOW.value]
+    if not pairs:
+        return None
+    climb, follow, a, b = max(pairs, key=lambda p: (p[0], -p[1]))
+    rising, other = rewards[a], rewards[b]
+    width = window(len(rising))
+    values = list(rising.values)
+    level = baseline(values, width) + REWARDS_CLIMB.value * (noise_sigma(values) or statistics.pstdev(values))
+    onset = first_where(smooth(values, width), lambda v: v >= level, persistence(len(values)))
+    onset = onset if onset is not None else len(values) - 1
+    verb = "fell" if follow < -REWARDS_FOLLOW.value else "stayed flat"
+    return Detection(
+        f"the rewards disagree: {a} climbed {climb:.3g}x its noise while {b} {verb} ({follow:+.2f} of that gain in its "
+        f"own noise); if {b} is the one that matters, name it the truth (--map {b}=reward/gold_mean) and the gold "
+        "rules judge the run by it, or give people's ratings (--truth)", "medium", rising.steps[onset],
+        (evidence(a, rising, onset, f"gain >= {REWARDS_CLIMB.value:g} sigma of its noise", REWARDS_CLIMB.source,
+                  gain_sigmas=climb),
+         evidence(b, other, 0, f"gain <= {REWARDS_FOLLOW.value:g} of {a}'s, each in its own noise",
+                  REWARDS_FOLLOW.source, follow=follow)))
