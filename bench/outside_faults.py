@@ -416,6 +416,25 @@ class Bug:
     public: bool = False  # taken from a public bug report in another project
     batch: str = ""  # a later set, scored and kept in a section of its own ("" : the first two sets)
 
+    def components(self):
+        from rlhflab.ppo.components import PPOComponents
+
+        return replace(PPOComponents(), **self.code)
+
+    @property
+    def first_stage(self) -> str:
+        """The earliest stage that runs one of its components (a stage-2 bug retrains the RM)."""
+        from rlhflab.pipeline import STAGE_NAMES
+        from rlhflab.ppo.components import COMPONENT_STAGES
+
+        return min((COMPONENT_STAGES[field] for field in self.code), key=STAGE_NAMES.index, default="ppo")
+
+    def config_on(self, base: Path, *overrides: str):
+        """The base run's config with the overrides the bug needs, then `overrides`."""
+        from rlhflab.config import apply_overrides, config_from_run, parse_override
+
+        return apply_overrides(config_from_run(base), dict(parse_override(o) for o in (*self.config, *overrides)), "bug")
+
 
 BUGS = {
     "prompts_cut_to_two_words": Bug("prompt_data", "prompts cut to their first two words",
@@ -519,23 +538,18 @@ def run_bug(name: str, base: Path, out: Path, rescore: bool = False, rows: Path 
     ROWS/NAME.json (ROWS: OUT by default). With `seeds`, also which logged numbers it moves
     beyond the healthy seed spread (its PPO stage rerun at each further seed)."""
     from rlhflab.checkup import run_checkup
-    from rlhflab.config import apply_overrides, config_from_run, parse_override
     from rlhflab.doctor.diagnose import CHECKUP_RULE, diagnose, read_and_diagnose
     from rlhflab.doctor.settings import RunSettings
     from rlhflab.faults.bench import failed_probes
-    from rlhflab.pipeline import STAGE_NAMES
-    from rlhflab.ppo.components import COMPONENT_STAGES, PPOComponents
     from rlhflab.runs import RunDir
     from rlhflab.verify import rerun
 
     bug = BUGS[name]
-    components = replace(PPOComponents(), **bug.code)
-    first_stage = min((COMPONENT_STAGES[field] for field in bug.code), key=STAGE_NAMES.index)
-    config = apply_overrides(config_from_run(base), dict(parse_override(o) for o in bug.config), "bug")
+    components, config = bug.components(), bug.config_on(base)
     run = RunDir(out / name)
     start = time.perf_counter()
     if not rescore:
-        rerun(config, RunDir(base), run, first_stage, components, show_progress=False)
+        rerun(config, RunDir(base), run, bug.first_stage, components, show_progress=False)
     probes = run_checkup(config, run, components).results
     table, diagnosis = read_and_diagnose(run.root)
     metrics_only = read_and_diagnose(run.root)[0]
@@ -563,8 +577,6 @@ def rerun_at_seed(name: str | None, base: Path, out: Path, seed: int) -> Path:
     """The PPO stage again at `ppo.seed = seed`: of the bug `name` (with its stage-2 model,
     from its first run, when the bug is in stage 2) or, with no name, of the healthy base.
     Kept and reused once it finished."""
-    from rlhflab.config import apply_overrides, config_from_run, parse_override
-    from rlhflab.ppo.components import COMPONENT_STAGES, PPOComponents
     from rlhflab.runs import RunDir
     from rlhflab.verify import rerun
 
@@ -572,10 +584,8 @@ def rerun_at_seed(name: str | None, base: Path, out: Path, seed: int) -> Path:
     if (run / "metrics" / "eval.json").is_file():
         return run
     bug = BUGS[name] if name else Bug("", "", {})
-    overrides = dict(parse_override(o) for o in (*bug.config, f"ppo.seed={seed}"))
-    config = apply_overrides(config_from_run(base), overrides, "seed")
-    in_stage2 = any(COMPONENT_STAGES[field] != "ppo" for field in bug.code)
-    rerun(config, RunDir(out / name if in_stage2 else base), RunDir(run), "ppo", replace(PPOComponents(), **bug.code),
+    source = out / name if bug.first_stage != "ppo" else base
+    rerun(bug.config_on(base, f"ppo.seed={seed}"), RunDir(source), RunDir(run), "ppo", bug.components(),
           show_progress=False)
     return run
 

@@ -1051,11 +1051,9 @@ def rate(
     from rlhflab.doctor.formats.mapping import parse_map_options
     from rlhflab.studies.build import open_or_build, open_rating_study, parse_sources, study_directory
     from rlhflab.studies.design import StudyError, parse_scale
-    from rlhflab.studies.store import Study
 
     try:
-        if study is None and sources and len(sources) == 1 and Study.exists(Path(sources[0])):
-            study, sources = Path(sources[0]), []
+        study, sources = _study_or_sources(study, sources)
         parsed = parse_sources(sources or [])
         directory = study_directory(study, parsed)
         if results:
@@ -1206,8 +1204,7 @@ def pair(
     from rlhflab.studies.store import Study
 
     try:
-        if study is None and sources and len(sources) == 1 and Study.exists(Path(sources[0])):
-            study, sources = Path(sources[0]), []
+        study, sources = _study_or_sources(study, sources)
         if study is None:
             raise StudyError("give the study's directory with --study DIR")
         if results or export is not None:
@@ -1436,6 +1433,16 @@ def _interchange(study, export: Optional[str], out: Optional[Path], import_file:
     except (StudyError, OSError) as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
+
+
+def _study_or_sources(study: Optional[Path], sources: Optional[list[str]]) -> tuple[Optional[Path], list[str]]:
+    """`rlhflab rate STUDY` and `rlhflab pair STUDY`: a lone argument that is a study's
+    directory is the study, not a source to build one from."""
+    from rlhflab.studies.store import Study
+
+    if study is None and sources and len(sources) == 1 and Study.exists(Path(sources[0])):
+        return Path(sources[0]), []
+    return study, list(sources or [])
 
 
 def _studies_extra() -> None:

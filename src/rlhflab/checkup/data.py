@@ -10,6 +10,12 @@ from rlhflab.doctor.rules.responses import EOS_RATE_LIMIT, PROMPT_UNIQUE_LIMIT
 from rlhflab.seeding import derive_seed
 
 
+def first_batch(ctx: ProbeContext) -> list[str]:
+    """The first batch of prompts PPO trains on, drawn exactly as the trainer draws it."""
+    return ctx.state.components.prompts(ctx.source, ctx.config.ppo.batch_size,
+                                        derive_seed(ctx.config.seed, "ppo-prompts", "0"))
+
+
 def probe_responses_end(ctx: ProbeContext) -> ProbeResult:
     rollout = ctx.rollout()
     return within("responses_end", "sampling", float(rollout.has_eos.float().mean()), EOS_RATE_LIMIT.value,
@@ -18,9 +24,7 @@ def probe_responses_end(ctx: ProbeContext) -> ProbeResult:
 
 
 def probe_prompts_distinct(ctx: ProbeContext) -> ProbeResult:
-    # The first batch PPO trains on, drawn exactly as the trainer draws it.
-    prompts = ctx.state.components.prompts(ctx.source, ctx.config.ppo.batch_size,
-                                           derive_seed(ctx.config.seed, "ppo-prompts", "0"))
+    prompts = first_batch(ctx)
     return within("prompts_distinct", "prompt_data", len(set(prompts)) / len(prompts), PROMPT_UNIQUE_LIMIT.value,
                   "fraction of distinct prompts in the first PPO batch", below=False)
 
@@ -33,8 +37,7 @@ def probe_prompts_begin_with_one_bos(ctx: ProbeContext) -> ProbeResult:
     bos = ctx.state.tokenizer.bos_token_id
     if bos is None:
         raise ProbeSkipped("the tokenizer has no BOS token")
-    prompts = ctx.state.components.prompts(ctx.source, ctx.config.ppo.batch_size,
-                                           derive_seed(ctx.config.seed, "ppo-prompts", "0"))
+    prompts = first_batch(ctx)
     ids, mask = encode_prompts(ctx.state.tokenizer, prompts)
     repeated = ((ids == bos) & mask).sum(1) > 1
     return within("prompts_begin_with_one_bos", "prompt_data", float(repeated.float().mean()), 0.0,

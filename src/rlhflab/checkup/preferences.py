@@ -16,6 +16,10 @@ from rlhflab.checkup.results import ProbeResult, forward_within, within
 from rlhflab.models.precision import autocast
 
 
+def _sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
 @torch.no_grad()
 def probe_reward_model_learns_from_the_rows_it_scores(ctx: ProbeContext) -> ProbeResult:
     """The rollout's prompts and responses made into comparison rows (`comparison_rows`)
@@ -66,9 +70,8 @@ def probe_preference_loss_is_bradley_terry(ctx: ProbeContext) -> ProbeResult:
     (grad,) = torch.autograd.grad(loss, chosen)
     loss, accuracy = loss.item(), accuracy.item()
     margins = [2.0, 0.0, -2.0]
-    sigmoid = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
-    want_loss = -sum(math.log(sigmoid(m)) for m in margins) / 3
-    want_grad = torch.tensor([-sigmoid(-m) / 3 for m in margins], dtype=torch.float64)
+    want_loss = -sum(math.log(_sigmoid(m)) for m in margins) / 3
+    want_grad = torch.tensor([-_sigmoid(-m) / 3 for m in margins], dtype=torch.float64)
     error = max(abs(loss - want_loss), abs(accuracy - 1 / 3), float((grad - want_grad).abs().max()))
     return within("preference_loss_is_bradley_terry", "reward_model", error, 1e-9,
                   f"largest difference of the loss ({loss:.4f}, by hand {want_loss:.4f}), the accuracy "
@@ -125,9 +128,8 @@ def probe_reward_step_trains_on_every_labelled_pair(ctx: ProbeContext) -> ProbeR
     loss = loss.item()
     margins = [(features[n, i] - features[n, j]) * (1 if first[n, c] else -1)
                for n in range(N) for c, (i, j) in enumerate(pairs.tolist())]
-    sigmoid = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
-    want_loss = -sum(math.log(sigmoid(start * float(m))) for m in margins) / len(margins)
-    want_grad = -sum(float(m) * sigmoid(-start * float(m)) for m in margins) / len(margins)
+    want_loss = -sum(math.log(_sigmoid(start * float(m))) for m in margins) / len(margins)
+    want_grad = -sum(float(m) * _sigmoid(-start * float(m)) for m in margins) / len(margins)
     error = max(abs(loss - want_loss), abs((start - weight.item()) - want_grad))
     return within("reward_step_trains_on_every_labelled_pair", "reward_model", error, 1e-9,
                   f"largest difference of one reward_step's loss ({loss:.6f}, by a loop over the {len(margins)} "

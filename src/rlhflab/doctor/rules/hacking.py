@@ -357,7 +357,8 @@ def reward_series(table: MetricTable) -> dict[str, Series]:
 
 def _solve(matrix: list[list[float]], vector: list[float]) -> list[float] | None:
     """The solution of a small linear system by Gaussian elimination with pivoting; None
-    when it is singular."""
+    when it is singular. (The doctor depends on typer and rich only: no numpy for a system
+    of a few unknowns.)"""
     n = len(vector)
     rows = [row[:] + [v] for row, v in zip(matrix, vector)]
     for col in range(n):
