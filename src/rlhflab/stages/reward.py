@@ -68,9 +68,9 @@ class Comparisons:
         return replace(self, ids=self.ids[..., :width], mask=self.mask[..., :width])
 
     def to(self, device: torch.device) -> "Comparisons":
-        gold = self.gold.to(device) if self.gold is not None else None
-        return Comparisons(self.ids.to(device), self.mask.to(device), gold, self.lengths.to(device),
-                           self.pairs.to(device), self.first_preferred.to(device))
+        return replace(self, ids=self.ids.to(device), mask=self.mask.to(device), lengths=self.lengths.to(device),
+                       pairs=self.pairs.to(device), first_preferred=self.first_preferred.to(device),
+                       gold=self.gold.to(device) if self.gold is not None else None)
 
 
 class Scorer(torch.nn.Module):
