@@ -982,3 +982,75 @@ def test_the_researchers_loop_with_two_rewards_reads_as_its_manifest_says(log, f
     if fires:
         assert "reward/g climbed" in findings["rewards_disagree"].title
         assert "--map reward/f=reward/gold_mean" in findings["rewards_disagree"].title
+
+
+# --- numbers a healthy run cannot produce (rules/impossible.py) ----------------------------------
+@firing_trace("updates_do_not_move")
+def the_optimizer_steps_on_nothing():
+    records = modify(healthy_records(40), 30, policy__approxkl=lambda k, old: 0.0, policy__clipfrac=lambda k, old: 0.0)
+    return Trace(table_of(records, epochs=2, minibatches=4), "updates_do_not_move", 40, tolerance=0)
+
+
+def test_one_step_per_batch_is_at_approxkl_zero_by_construction():
+    records = modify(healthy_records(40), 0, policy__approxkl=lambda k, old: 0.0, policy__clipfrac=lambda k, old: 0.0)
+    assert "updates_do_not_move" not in fired(table_of(records, epochs=1, minibatches=1))
+    assert "updates_do_not_move" not in fired(table_of(records))  # the log does not say how many steps
+
+
+@firing_trace("kl_stuck_at_zero")
+def the_reference_is_the_policy():
+    records = modify(healthy_records(41), 0, kl__mean=lambda k, old: 0.0, kl__k3_mean=lambda k, old: 0.0)
+    return Trace(table_of(records, **DEMO), "kl_stuck_at_zero", 40, tolerance=0)
+
+
+def test_a_zero_kl_is_not_held_where_nothing_penalises_it_or_the_policy_does_not_move():
+    records = modify(healthy_records(41), 0, kl__mean=lambda k, old: 0.0, kl__k3_mean=lambda k, old: 0.0)
+    assert "kl_stuck_at_zero" not in fired(table_of(records, **DEMO | {"kl_coef": 0.0}))
+    still = modify([dict(r) for r in records], 0, policy__approxkl=lambda k, old: 0.0,
+                   policy__clipfrac=lambda k, old: 0.0, lr=lambda k, old: 0.0)
+    assert "kl_stuck_at_zero" not in fired(table_of(still, **DEMO))
+
+
+@firing_trace("critic_fits_itself")
+def the_critic_regresses_onto_itself():
+    records = modify(healthy_records(42), 20, value__loss=lambda k, old: 0.0)
+    return Trace(table_of(records), "critic_fits_itself", 40, tolerance=0)
+
+
+@firing_trace("advantages_vanish")
+def the_advantages_are_zeroed():
+    records = modify(healthy_records(43), 0, adv__std=lambda k, old: 0.0, adv__mean=lambda k, old: 0.0)
+    return Trace(table_of(records), "advantages_vanish", 40, tolerance=0)
+
+
+def test_zero_advantages_of_rewards_that_do_not_vary_are_not_a_bug():
+    records = modify(healthy_records(43), 0, adv__std=lambda k, old: 0.0, reward__proxy_std=lambda k, old: 0.0)
+    assert "advantages_vanish" not in fired(table_of(records))
+
+
+@firing_trace("lr_schedule_ends_early")
+def the_schedule_ends_mid_run():
+    records = modify(healthy_records(44), 30, lr=lambda k, old: 0.0)
+    return Trace(table_of(records), "lr_schedule_ends_early", 40, tolerance=0, allowed={"no_learning"})
+
+
+def test_a_schedule_that_reaches_zero_at_its_last_step_is_healthy():
+    records = healthy_records(44)
+    for r in records:
+        r["lr"] = 3e-4 * (1 - r["step"] / (N - 1))
+    assert fired(table_of(records)) == {}
+
+
+@firing_trace("entropy_frozen")
+def the_entropy_is_a_constant():
+    records = modify(healthy_records(45), 0, policy__entropy=lambda k, old: 1.8125)
+    return Trace(table_of(records), "entropy_frozen", 40, tolerance=0)
+
+
+def test_an_entropy_printed_too_coarsely_to_move_is_not_frozen():
+    records = modify(healthy_records(45), 0, policy__entropy=lambda k, old: 1.8)
+    for r in records:  # every number printed to one decimal: healthy step-to-step changes round away
+        for key, value in r.items():
+            if key != "step" and isinstance(value, float):
+                r[key] = round(value, 1)
+    assert "entropy_frozen" not in fired(table_of(records))

@@ -200,6 +200,19 @@ def coefficient_ignored(table: MetricTable) -> Cause:
                                "controller that should be fixed moves it", None)
 
 
+def optimizer_step(table: MetricTable) -> Cause:
+    return Cause("ppo_hyperparameters", "the optimiser's step does not reach the policy, or the update's arithmetic is "
+                                        "not finite before it ever moved: parameters missing from the optimiser, "
+                                        "gradients zeroed or unscaled after backward, a step skipped; a log of 0, a "
+                                        "division by a zero std, an overflow in half precision", None)
+
+
+def schedule_too_short(table: MetricTable) -> Cause:
+    return Cause("ppo_hyperparameters", "the learning-rate schedule was sized for fewer steps than the run takes (its "
+                                        "length counted in epochs, batches or processes where the optimiser counts "
+                                        "its own steps), so it reaches 0 mid-run", None)
+
+
 # --- clues in the run's settings --------------------------------------------------------
 def kl_penalty_off(table: MetricTable) -> bool:
     """Whether the run has no KL penalty: a coefficient of 0 (from the settings, else the
@@ -243,6 +256,25 @@ NEGATIVE_ENTROPY_COEF = Clue("negative_entropy_coef", 1, _negative_entropy_coef,
                              "the entropy coefficient is negative (Schulman et al. 2017 eq. 9 adds +c2 x entropy)")
 CLIP_NEVER_CLIPS = Clue("clip_never_clips", 2, _clip_never_clips,
                         "a policy or value clip range >= 1 (Schulman et al. 2017 use 0.1-0.3)")
+
+
+def _never_moved(table: MetricTable) -> Cause | None:
+    """A non-finite gradient norm in a run whose KL to the reference (or approx-KL) is
+    exactly 0 wherever it is finite: the policy never moved, so no reward, however scaled,
+    reached it; the arithmetic or the optimiser broke first."""
+    if "policy/grad_norm" not in table.non_finite and "policy/loss" not in table.non_finite:
+        return None
+    kls = [table.get(name, any_unit=True) for name in ("kl/mean", "kl/token_mean", "kl/k3_mean", "policy/approxkl")]
+    logged = [s for s in kls if s is not None and len(s)]
+    if not logged or any(v != 0.0 for s in logged for v in s.values):
+        return None
+    return Cause(optimizer_step(table).component, "the gradient is not finite while the policy never moved (its KL "
+                                                  "exactly 0 wherever logged): the update's arithmetic or the "
+                                                  "optimiser, not the reward's scale", None)
+
+
+NEVER_MOVED = Clue("never_moved", 9, _never_moved, "a NaN or Inf gradient norm or loss while every logged KL (to the "
+                   "reference, or approx-KL) is exactly 0: the policy never moved")
 
 
 # --- ranking ----------------------------------------------------------------------------

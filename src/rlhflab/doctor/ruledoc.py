@@ -62,7 +62,21 @@ def spellings_table() -> str:
     return "\n".join(lines)
 
 
-SECTIONS = {"rule": rules_table, "clue": clues_table, "spelling": spellings_table}
+def impossible_table() -> str:
+    """Every canonical metric: whether a healthy run can log it exactly 0, exactly constant
+    or other than 1 while the policy moves, why, and the rule that holds it where it cannot
+    (`rules/impossible.py`), with the floor below which the log's precision must reach."""
+    from rlhflab.doctor.rules.impossible import decisions
+
+    lines = ["| metric | a healthy run cannot log it | why | rule | printed precision finer than |",
+             "|---|---|---|---|---|"]
+    for metric, pin, why, rule, floor in decisions():
+        lines.append(f"| `{metric}` | {pin} | {cell(why)} | {f'`{rule}`' if rule else '-'} | "
+                     f"{f'`{floor.name}` = {floor.value:g}' if floor else '-'} |")
+    return "\n".join(lines)
+
+
+SECTIONS = {"rule": rules_table, "clue": clues_table, "spelling": spellings_table, "impossible": impossible_table}
 
 
 def section(name: str, make=None, command: str = COMMAND) -> str:

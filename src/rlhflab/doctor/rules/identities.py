@@ -1,8 +1,8 @@
 """Log identities: the accounting a run's logged numbers must satisfy whoever wrote them.
 Each number can look plausible alone while two of them disagree, and the disagreement
 names a component: a total reward that is not the score minus beta times the logged KL
-(the penalty is not what the log says), a first-minibatch ratio that is not 1 (the old
-logprobs are not the policy's), a logged beta that is not the configured one.
+(the penalty is not what the log says), a logged beta that is not the configured one. A
+first-minibatch ratio that is not 1 is a number no healthy run logs (`impossible`).
 
 Tolerances come from how the numbers were made, not from runs: the decimals the log kept,
 float32's rounding of a batch mean, and, where the log gives a per-token KL and a mean
@@ -35,10 +35,6 @@ PRODUCT_OF_MEANS = Threshold(
     "the two CVs is under 1. Checked, not fitted, on the real veRL PPO log (GSM8K, 256-token responses): its "
     "penalty is 0.59-1.00x (median 0.94) beta x per-token KL x mean length over the 411 steps where it is above "
     "rounding, 1.18x inside the bound (tests/test_doctor_rules.py)")
-FIRST_RATIO = Threshold(
-    "FIRST_RATIO", 1e-5,
-    "|ratio - 1| of the first minibatch before any step: the checkup's first_ratio_is_one tolerance (fp32 healthy "
-    "runs measure <= 2.1e-6; the ratio is exp(0) when the old logprobs are the policy's own)")
 MIN_STEPS = 3  # steps an identity must be judged on, and broken on, before it is a finding
 
 
@@ -164,31 +160,6 @@ def kl_penalty_mismatch(table: MetricTable) -> Detection | None:
                   f"where either is above {IDENTITY_SIGMAS.value:g}x its tolerance (broken on {len(broken)})",
                   "Ziegler et al. 2019 eq. 2: R = r - beta log(pi / ref), summed over the response; "
                   + FLOAT32_MEAN.source),))
-
-
-@rule("first_ratio_not_one", "component_bug", thresholds=(FIRST_RATIO,),
-      causes=(causes.logprob_bookkeeping, causes.advantages_values))
-def first_ratio_not_one(table: MetricTable) -> Detection | None:
-    """The ratio pi / pi_old of the first minibatch, before any step, is not 1 where the log
-    holds it (rlhflab's `policy/ratio_first`, or the ratio of a run that takes one step per
-    batch): on most steps, beyond rounding."""
-    series = table.get("policy/ratio_first")
-    settings = table.settings
-    if series is None and settings.epochs == 1 and settings.minibatches == 1:
-        series = table.get("policy/ratio_mean")
-    if series is None or len(series) < MIN_STEPS:
-        return None
-    limit = FIRST_RATIO.value + resolution(series.values)
-    off = [i for i, v in enumerate(series.values) if abs(v - 1.0) > limit]
-    if len(off) < max(MIN_STEPS, len(series) / 2):
-        return None
-    worst = max(series.values, key=lambda v: abs(v - 1.0))
-    return Detection(f"the first minibatch's ratio is not 1 (up to {worst:.4g}): the old logprobs are not the policy's",
-                     "high", series.steps[off[0]],
-                     (Evidence("policy/ratio_first", series.steps[off[0]],
-                               {"at_onset": series.values[off[0]], "worst": worst, "steps_off": float(len(off))},
-                               f"|ratio - 1| > {limit:.3g} on at least half of the {len(series)} steps",
-                               FIRST_RATIO.source),))
 
 
 @rule("kl_coef_not_configured", "component_bug", requires=("kl/coef",), thresholds=(IDENTITY_SIGMAS,),

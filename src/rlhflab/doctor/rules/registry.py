@@ -61,7 +61,7 @@ class Rule:
 
 
 # Families in the order their rules are run and reported; one module each.
-FAMILIES = ("kl", "collapse", "hacking", "responses", "update", "reward_model", "identities", "mismatch")
+FAMILIES = ("kl", "collapse", "hacking", "responses", "update", "impossible", "reward_model", "identities", "mismatch")
 _REGISTERED: dict[str, Rule] = {}
 
 

@@ -75,7 +75,7 @@ LARGE_UPDATES = Clue("large_updates", 3, _large_updates,
                      "mean `policy/approxkl` > APPROXKL_LIMIT or mean `policy/clipfrac` > CLIPFRAC_LIMIT")
 UNSCALED_REWARDS = Clue("unscaled_rewards", 4, _unscaled_rewards, "mean `adv/std` > ADV_STD_LIMIT")
 UPDATE_CAUSES = (causes.step_size, causes.reward_scaling, causes.logprob_bookkeeping)
-NON_FINITE_CAUSES = (causes.reward_scaling, causes.step_size, causes.logprob_bookkeeping)
+NON_FINITE_CAUSES = (causes.reward_scaling, causes.step_size, causes.logprob_bookkeeping, causes.optimizer_step)
 
 
 @rule("ratio_off", "ppo_instability", requires=("policy/ratio_mean",),
@@ -156,7 +156,7 @@ def value_explained_variance_low(table: MetricTable) -> Detection | None:
     )
 
 
-@rule("non_finite", "ppo_instability", causes=NON_FINITE_CAUSES, clues=(UNSCALED_REWARDS,))
+@rule("non_finite", "ppo_instability", causes=NON_FINITE_CAUSES, clues=(UNSCALED_REWARDS, causes.NEVER_MOVED))
 def non_finite(table: MetricTable) -> Detection | None:
     """Any NaN or Inf in a logged metric."""
     if not table.non_finite:
@@ -204,30 +204,6 @@ def grad_norm_spikes(table: MetricTable) -> Detection | None:
     )
 
 
-DEAD_GRAD_FRACTION = Threshold(
-    "DEAD_GRAD_FRACTION", 0.5,
-    "of the run's second half with a gradient norm of exactly 0: an optimiser that steps on nothing; healthy "
-    "labelled runs have none (bench/rule_calibration.py), the TRL GRPO run whose answers collapsed has 0.89")
-
-
-@rule("dead_gradients", "ppo_instability", requires=("policy/grad_norm",), thresholds=(DEAD_GRAD_FRACTION,),
-      causes=(causes.exploitable_reward_model, causes.step_size))
-def dead_gradients(table: MetricTable) -> Detection | None:
-    """Gradient norm exactly 0 on most late steps: no learning signal reaches the policy."""
-    g = table.get("policy/grad_norm")
-    if len(g) < 4:
-        return None
-    half = len(g) // 2
-    dead = [i for i in range(half, len(g)) if abs(g.values[i]) < 1e-12]
-    if len(dead) <= DEAD_GRAD_FRACTION.value * (len(g) - half):
-        return None
-    return Detection(
-        f"dead gradients: grad_norm is 0 on {len(dead)} of the last {len(g) - half} steps", "medium", g.steps[dead[0]],
-        (evidence("policy/grad_norm", g, dead[0], f"grad_norm == 0 on more than {DEAD_GRAD_FRACTION.value:.0%} of the "
-                  "run's second half", DEAD_GRAD_FRACTION.source, dead_steps=float(len(dead))),),
-    )
-
-
 NO_LEARNING_NOISE = Threshold(
     "NO_LEARNING_NOISE", 0.5,
     "of the proxy's own step-to-step noise (the standard deviation of its first window): a run whose proxy ends no "
@@ -253,38 +229,4 @@ def no_learning(table: MetricTable) -> Detection | None:
         proxy.steps[n - w],
         (evidence("reward/proxy_mean", proxy, n - w, f"mean of the last {w} steps <= start + "
                   f"{NO_LEARNING_NOISE.value} x the first window's std ({noise:.3g})", NO_LEARNING_NOISE.source),),
-    )
-
-
-CLIP_SILENT_SHARE = Threshold(
-    "CLIP_SILENT_SHARE", 0.9,
-    "of the run's steps with a clip fraction of exactly 0; fitted on the zoo read from metrics alone "
-    "(bench/rule_calibration.py): the disabled clip 1.0, every other run 0.56 at most (lr_100x, whose policy stopped "
-    "moving), healthy seeds 0. Checked on TRL 1.12 PPO runs it was not fitted on: healthy 0.69-0.70 (at a median "
-    "approx-KL under CLIP_MOVING_APPROXKL, so not held to it), the margin is thin")
-CLIP_MOVING_APPROXKL = Threshold(
-    "CLIP_MOVING_APPROXKL", 0.005,
-    "median approx-KL per update above which a working clip range of about 0.2 clips some tokens: at 0.0125-0.0143 "
-    "healthy demo runs clip 3% (Schulman et al. 2017: the clipped objective removes the incentive to move a token's "
-    "ratio outside [1 - eps, 1 + eps])")
-
-
-@rule("clip_never_clips", "ppo_instability", requires=("policy/clipfrac", "policy/approxkl"),
-      thresholds=(CLIP_SILENT_SHARE, CLIP_MOVING_APPROXKL), causes=(causes.step_size, causes.logprob_bookkeeping),
-      clues=(causes.CLIP_NEVER_CLIPS,))
-def clip_never_clips(table: MetricTable) -> Detection | None:
-    """Updates that move the policy while not one token is ever clipped: the clip range is off."""
-    clipfrac, approxkl = table.get("policy/clipfrac"), table.get("policy/approxkl")
-    if len(clipfrac) < 10 or statistics.median(approxkl.values) <= CLIP_MOVING_APPROXKL.value:
-        return None
-    silent = sum(1 for v in clipfrac.values if v == 0.0) / len(clipfrac)
-    if silent < CLIP_SILENT_SHARE.value:
-        return None
-    return Detection(
-        f"the clip never clips: policy/clipfrac is 0 on {silent:.0%} of updates while approx-KL is "
-        f"{statistics.median(approxkl.values):.3f}", "medium", clipfrac.steps[0],
-        (evidence("policy/clipfrac", clipfrac, 0, f"clipfrac == 0 on >= {CLIP_SILENT_SHARE.value:.0%} of updates",
-                  CLIP_SILENT_SHARE.source, silent_share=silent),
-         evidence("policy/approxkl", approxkl, 0, f"median approx-KL > {CLIP_MOVING_APPROXKL.value}",
-                  CLIP_MOVING_APPROXKL.source)),
     )
