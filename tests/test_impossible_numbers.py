@@ -52,7 +52,7 @@ def test_a_kl_of_exactly_zero_is_claimed_only_where_the_console_could_show_a_hea
     assert printed_resolution(four, four.get("kl/token_mean", any_unit=True)) == pytest.approx(5e-5)
     found = {f.rule: f for f in diagnose(four).findings}
     assert "kl_stuck_at_zero" in found
-    assert found["kl_stuck_at_zero"].causes[0].component == "logprob_bookkeeping"
+    assert found["kl_stuck_at_zero"].causes[0].component == "kl_control"  # the reference
     # At 2 decimals a per-token KL of 0.004 prints as 0.00: nothing can be said.
     two = read_log(verl_console(tmp_path, 2))
     assert printed_resolution(two, two.get("kl/token_mean", any_unit=True)) == pytest.approx(5e-3)

@@ -207,6 +207,11 @@ def optimizer_step(table: MetricTable) -> Cause:
                                         "division by a zero std, an overflow in half precision", None)
 
 
+def reference_is_policy(table: MetricTable) -> Cause:
+    return Cause("kl_control", "the reference is the policy (the same module, or a copy updated with it), so the KL "
+                               "penalty holds nothing back", None)
+
+
 def schedule_too_short(table: MetricTable) -> Cause:
     return Cause("ppo_hyperparameters", "the learning-rate schedule was sized for fewer steps than the run takes (its "
                                         "length counted in epochs, batches or processes where the optimiser counts "

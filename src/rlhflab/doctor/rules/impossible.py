@@ -226,7 +226,7 @@ def logged_kl(table: MetricTable) -> tuple[str, Series, Threshold] | None:
 
 
 @rule("kl_stuck_at_zero", "component_bug", thresholds=(SHARE, *dict.fromkeys(KL_FLOORS.values())),
-      causes=(causes.logprob_bookkeeping, causes.kl_control))
+      causes=(causes.reference_is_policy, causes.logprob_bookkeeping))
 def kl_stuck_at_zero(table: MetricTable) -> Detection | None:
     """The KL to the reference exactly 0 on most late steps while the updates move the
     policy: the reference is the policy (the same module, or a copy updated with it), or
