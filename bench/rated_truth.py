@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import replace_section, wilson  # noqa: E402
 from rlhflab.doctor.diagnose import diagnose  # noqa: E402
 from rlhflab.doctor.formats import read_log  # noqa: E402
-from rlhflab.doctor.samples import read_samples  # noqa: E402
+from rlhflab.doctor.formats.sample_files import read_samples  # noqa: E402
 from rlhflab.doctor.truth import attach_truth  # noqa: E402
 from rlhflab.studies.bots import WORLD_NOISE, world_raters  # noqa: E402
 from rlhflab.studies.design import StudyDesign, draw_items  # noqa: E402

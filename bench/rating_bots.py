@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import replace_section  # noqa: E402
-from rlhflab.doctor.samples import read_samples  # noqa: E402
+from rlhflab.doctor.formats.sample_files import read_samples  # noqa: E402
 from rlhflab.studies.bots import WORLD_NOISE, world_raters  # noqa: E402
 from rlhflab.studies.design import StudyDesign, draw_items  # noqa: E402
 from rlhflab.studies.stats import krippendorff_alpha  # noqa: E402

@@ -76,9 +76,9 @@ def measure_large_dump(steps: int = 200, per_step: int = 512, words: int = 150) 
     """Seconds to read and measure a synthetic veRL rollout dump (median of 3)."""
     import random
 
+    from rlhflab.doctor.formats.sample_files import read_samples
     from rlhflab.doctor.sample_measures import _step_measures_of
     from rlhflab.doctor.sample_measures import measure as measure_set
-    from rlhflab.doctor.samples import read_samples
 
     rng = random.Random(0)
     vocab = [f"w{i}" for i in range(2000)]

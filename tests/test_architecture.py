@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Low to high: a unit may import its own layer's units and lower ones, never higher ones.
 LAYERS = (
-    {"runs", "seeding", "progress", "worlds", "metrics", "data", "distributed", "checkpoint"},
+    {"runs", "seeding", "progress", "worlds", "metrics", "data", "distributed", "checkpoint", "markdown"},
     {"doctor"},  # pure log analysis: the run-directory layout (runs) is all it may use
     {"studies"},  # rating studies: read samples with the doctor's readers, never train
     {"config"},
@@ -31,10 +31,12 @@ LAYERS = (
     {"integrations", "cli"},
 )
 LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
-# What `import rlhflab.doctor` may load of rlhflab: itself, the run-directory layout and the
+# What `import rlhflab.doctor` may load of rlhflab: itself, the run-directory layout, the
+# writer of generated doc sections, and the
 # pure-python text measures it reads sample files with (`metrics.diversity`, `metrics.text`;
 # `metrics.stats` is torch's and stays out: the HEAVY check below sees it).
-DOCTOR_MAY_IMPORT = ("rlhflab.doctor", "rlhflab.runs", "rlhflab.metrics.diversity", "rlhflab.metrics.text")
+DOCTOR_MAY_IMPORT = ("rlhflab.doctor", "rlhflab.runs", "rlhflab.metrics.diversity", "rlhflab.metrics.text",
+                     "rlhflab.markdown")
 HEAVY = ("torch", "transformers", "tokenizers", "safetensors", "accelerate", "matplotlib", "tensorboard", "numpy")
 
 
@@ -190,3 +192,35 @@ def test_a_light_install_diagnoses_logs_and_says_what_training_needs(tmp_path: P
         writer.add_scalar("objective/kl", 0.1, 1)
     code, output = run_light(["doctor", str(tmp_path / "tb")])
     assert code == 2 and "rlhflab[tensorboard]" in output, output
+
+
+def test_code_outside_the_doctor_enters_by_its_front_door():
+    """Outside `rlhflab.doctor`, the package's code imports only names of `rlhflab.doctor.__all__`,
+    from `rlhflab.doctor` itself."""
+    import rlhflab.doctor
+
+    public = set(rlhflab.doctor.__all__)
+    side_doors = []
+    for path in (SRC / "rlhflab").rglob("*.py"):
+        if _module_name(path).startswith("rlhflab.doctor"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlhflab.doctor"):
+                names = {a.name for a in node.names}
+                if node.module != "rlhflab.doctor" or not names <= public:
+                    side_doors.append(f"{_module_name(path)}: from {node.module} import {', '.join(sorted(names))}")
+            elif isinstance(node, ast.Import):
+                side_doors += [f"{_module_name(path)}: import {a.name}" for a in node.names
+                               if a.name.startswith("rlhflab.doctor.")]
+    assert not side_doors, "\n".join(side_doors)
+    assert all(hasattr(rlhflab.doctor, name) for name in public)
+
+
+def test_every_rule_family_is_imported_by_name():
+    from rlhflab.doctor.rules.registry import FAMILIES
+
+    init = SRC / "rlhflab" / "doctor" / "rules" / "__init__.py"
+    imported = {a.name for node in ast.walk(ast.parse(init.read_text(encoding="utf-8")))
+                if isinstance(node, ast.ImportFrom) and node.module == "rlhflab.doctor.rules" for a in node.names}
+    modules = {p.stem for p in init.parent.glob("*.py")} - {"__init__", "registry"}
+    assert imported == set(FAMILIES) == modules

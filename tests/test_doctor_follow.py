@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from rlhflab.doctor import Watch, stop_rules
 from rlhflab.doctor.follow import follow
 from rlhflab.doctor.formats import LogFormatError, read_log
-from rlhflab.doctor.watch import Watch, stop_rules
 
 RLHFLAB = str(Path(sys.executable).parent / "rlhflab")
 

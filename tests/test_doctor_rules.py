@@ -13,11 +13,12 @@ from rlhflab.doctor.causes import CheckupVerdict
 from rlhflab.doctor.diagnose import diagnose
 from rlhflab.doctor.findings import Change
 from rlhflab.doctor.formats import DIALECTS_BY_NAME, render_change, verify_command
+from rlhflab.doctor.formats.build import derive_equivalents
 from rlhflab.doctor.rules import RULE_NAMES, RULES
 from rlhflab.doctor.rules.kl import KL_EARLY_GROWTH, KL_UNPENALISED_GROWTH
 from rlhflab.doctor.settings import RunSettings
 from rlhflab.doctor.signals import rolling_median, window
-from rlhflab.doctor.table import MetricTable, derive_equivalents
+from rlhflab.doctor.table import MetricTable
 
 N = 80
 

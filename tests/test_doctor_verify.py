@@ -93,7 +93,7 @@ def test_live_doctor_stops_the_run_with_a_checkpoint_and_the_diagnosis(verified,
 
 
 def test_stop_on_names_are_checked():
-    with pytest.raises(ConfigError, match="ppo.stop_on: unknown rule"):
+    with pytest.raises(ConfigError, match="ppo.stop_on = .kl_explosoin.: unknown rule"):
         load_config("smoke", overrides=["ppo.stop_on=kl_explosoin"])
 
 
@@ -107,3 +107,14 @@ def test_a_fix_reruns_from_the_earliest_stage_it_touches():
     assert first_stage_to_rerun({"seed": "1"}) == "pretrain"
     assert first_stage_to_rerun({"fault": "lr_100x"}) == "pretrain"
     assert first_stage_to_rerun({}) == "ppo"
+
+
+def test_stop_on_is_one_tuple_of_rule_names_from_a_string_or_a_toml_list(tmp_path):
+    from rlhflab.config import config_from_run, save_config
+
+    config = load_config("smoke", overrides=["ppo.stop_on=kl_explosion, approxkl_high"])
+    assert config.ppo.stop_on == ("kl_explosion", "approxkl_high")
+    (tmp_path / "run").mkdir()
+    save_config(config, tmp_path / "run" / "config.toml")
+    assert 'stop_on = ["kl_explosion", "approxkl_high"]' in (tmp_path / "run" / "config.toml").read_text()
+    assert config_from_run(tmp_path / "run").ppo.stop_on == ("kl_explosion", "approxkl_high")

@@ -12,7 +12,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from rlhflab.cli import main
-from rlhflab.doctor.samples import read_samples
+from rlhflab.doctor.formats.sample_files import read_samples
 from rlhflab.worlds.reviews import ReviewsWorld, WorldConfig
 
 

@@ -17,9 +17,10 @@ from rlhflab.cli import app
 from rlhflab.doctor.diagnose import diagnose, read_and_diagnose
 from rlhflab.doctor.formats import read_log
 from rlhflab.doctor.formats.mapping import parse_pairs
+from rlhflab.doctor.formats.sample_files import find_samples, read_samples
 from rlhflab.doctor.formats.spec import LogFormatError
 from rlhflab.doctor.sample_measures import MIN_SAMPLES_PER_STEP, measure, samples_at, step_measures
-from rlhflab.doctor.samples import Sample, SampleSet, find_samples, read_samples
+from rlhflab.doctor.samples import Sample, SampleSet
 from rlhflab.doctor.table import MetricTable, Series
 from rlhflab.metrics.text import (
     near_duplicate_fraction,

@@ -20,7 +20,8 @@ from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from rlhflab.cli import app as cli
-from rlhflab.doctor.samples import Sample, read_samples
+from rlhflab.doctor.formats.sample_files import read_samples
+from rlhflab.doctor.samples import Sample
 from rlhflab.studies.app import create_app
 from rlhflab.studies.bots import quantile_cuts, world_raters
 from rlhflab.studies.design import StudyDesign, StudyError, draw_items, step_bins

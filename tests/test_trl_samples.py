@@ -15,7 +15,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer  # noqa: E402
 
 from rlhflab.doctor.formats import read_log  # noqa: E402
-from rlhflab.doctor.samples import CALLBACK_SAMPLES  # noqa: E402
+from rlhflab.doctor.formats.sample_files import CALLBACK_SAMPLES  # noqa: E402
 from rlhflab.integrations import DoctorCallback  # noqa: E402
 from rlhflab.worlds.reviews import ReviewsWorld, WorldConfig  # noqa: E402
 

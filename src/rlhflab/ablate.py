@@ -29,22 +29,24 @@ from rich.table import Table
 
 from rlhflab.checkpoint import count_lines
 from rlhflab.config import PipelineConfig, apply_overrides, config_from_run, parse_override, save_config
-from rlhflab.doctor.ablate_report import write_ablation_report
-from rlhflab.doctor.arms import (
+from rlhflab.doctor import RLHFLAB_DIALECT as DIALECT
+from rlhflab.doctor import (
     Arm,
+    Diagnosis,
+    Finding,
+    MetricTable,
     Ranking,
     candidate_fixes,
     choose_seeds,
+    end_values,
     rank_arms,
+    read_and_diagnose,
     serious,
     truth_metric,
+    write_ablation_report,
+    write_diagnosis,
+    write_report,
 )
-from rlhflab.doctor.compare import end_values
-from rlhflab.doctor.diagnose import read_and_diagnose, write_diagnosis
-from rlhflab.doctor.findings import Diagnosis, Finding
-from rlhflab.doctor.formats.rlhflab import DIALECT
-from rlhflab.doctor.report import write_report
-from rlhflab.doctor.table import MetricTable
 from rlhflab.faults.zoo import components_for
 from rlhflab.pipeline import STAGE_NAMES, STAGES
 from rlhflab.ppo.components import non_default_components, record_components

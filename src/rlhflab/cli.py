@@ -304,7 +304,7 @@ def print_diagnosis(diagnosis) -> None:
     verify it."""
     from rich.table import Table
 
-    from rlhflab.doctor.formats import render_change, verify_command
+    from rlhflab.doctor import render_change, verify_command
 
     read = f"{diagnosis.steps} steps read as {diagnosis.trainer} ({diagnosis.format})"
     if diagnosis.verdict == "no_finding":
@@ -354,7 +354,7 @@ def print_diagnosis(diagnosis) -> None:
 def _list_formats() -> None:
     from rich.table import Table
 
-    from rlhflab.doctor.formats import DIALECTS, FORMATS
+    from rlhflab.doctor import DIALECTS, FORMATS
 
     files = Table(title="log files (recognised by content, in this order; force one with --format NAME)")
     for column in ("name", "reads", "trainers"):
@@ -369,7 +369,7 @@ def _list_formats() -> None:
     for dialect in DIALECTS:
         trainers.add_row(dialect.name, dialect.description, str(len(dialect.columns)) if dialect.columns else "canonical")
     console.print(trainers)
-    from rlhflab.doctor.samples import SAMPLE_FORMATS
+    from rlhflab.doctor import SAMPLE_FORMATS
 
     samples = Table(title="sample files (--samples FILE, or found beside the log)")
     for column in ("name", "reads"):
@@ -428,15 +428,13 @@ def doctor(
     code of the last diagnosis; 130 when interrupted."""
     import json
 
-    from rlhflab.doctor.diagnose import diagnosis_json, read_and_diagnose, write_diagnosis
-    from rlhflab.doctor.formats import LogFormatError
-    from rlhflab.doctor.formats.mapping import parse_map_options
+    from rlhflab.doctor import LogFormatError, diagnosis_json, parse_map_options, read_and_diagnose, write_diagnosis
 
     if list_formats:
         _list_formats()
         return
     if rules_doc is not None:
-        from rlhflab.doctor.ruledoc import write_rules_doc
+        from rlhflab.doctor import write_rules_doc
 
         write_rules_doc(rules_doc)
         console.print(f"wrote the rule table of {rules_doc}")
@@ -460,7 +458,7 @@ def doctor(
     if diagnosis.format == "rlhflab":
         write_diagnosis(diagnosis, path / "diagnosis.json")
     if html is not None:
-        from rlhflab.doctor.report import write_report
+        from rlhflab.doctor import write_report
 
         write_report(path if path.is_dir() else path.parent, table, diagnosis, out=html)
     if json_output:
@@ -476,8 +474,7 @@ def _print_plan(table, diagnosis, command: Optional[str], seeds: Optional[int], 
     fails its check, 2 when no plan can be written."""
     import json
 
-    from rlhflab.doctor.plan import LAUNCHERS_BY_DIALECT, PlanError, plan_for_log
-    from rlhflab.doctor.plan_check import check_plan
+    from rlhflab.doctor import LAUNCHERS_BY_DIALECT, PlanError, check_plan, plan_for_log
 
     if diagnosis.format == "rlhflab":
         console.print(f"[red]error:[/red] rlhflab reruns its own runs: rlhflab ablate {diagnosis.source}")
@@ -537,9 +534,7 @@ def _rated_truth(log: Path, truth: Optional[str], table):
 def _follow(path: Path, mapping, format_name: Optional[str], stop_on: str, interval: float,
             idle_exit: Optional[float]) -> None:
     """`doctor --follow`: tell findings as they appear; exits with the code the docstring of `doctor` gives."""
-    from rlhflab.doctor.follow import follow
-    from rlhflab.doctor.formats import LogFormatError
-    from rlhflab.doctor.watch import Watch, stop_rules
+    from rlhflab.doctor import LogFormatError, Watch, follow, stop_rules
 
     try:
         watch = Watch(stop_rules(stop_on))
@@ -568,9 +563,7 @@ def _follow(path: Path, mapping, format_name: Optional[str], stop_on: str, inter
 @app.command()
 def report(run: Path = typer.Argument(..., help="Run directory")) -> None:
     """(Re)write RUN/report.html: curves, findings with onsets, samples."""
-    from rlhflab.doctor.diagnose import read_and_diagnose, write_diagnosis
-    from rlhflab.doctor.formats import LogFormatError
-    from rlhflab.doctor.report import write_report
+    from rlhflab.doctor import LogFormatError, read_and_diagnose, write_diagnosis, write_report
 
     try:
         table, diagnosis = read_and_diagnose(run, format_name="rlhflab")
@@ -623,8 +616,7 @@ def _verify_by_preference(run: Path, result, judge_spec: Optional[str], template
     """verify --pair: both policies sampled on the run's held-out prompts, a comparison study
     of the two; with a judge, answered at once and its preference the verdict's truth."""
     _studies_extra()
-    from rlhflab.doctor.compare import compare_tables
-    from rlhflab.doctor.diagnose import read_and_diagnose
+    from rlhflab.doctor import compare_tables, read_and_diagnose
     from rlhflab.studies.build import Source
     from rlhflab.studies.design import StudyError
     from rlhflab.studies.pair_results import preference_change
@@ -887,9 +879,7 @@ def compare(
     it); 3 partly fixed or cannot tell (several arms: not confirmed, cannot tell); 2 bad input."""
     import json
 
-    from rlhflab.doctor.compare import compare_tables
-    from rlhflab.doctor.formats import LogFormatError, read_log
-    from rlhflab.doctor.formats.mapping import parse_map_options
+    from rlhflab.doctor import LogFormatError, compare_tables, parse_map_options, read_log
 
     groups = split_at_marks(runs)
     if len(groups) < 2 or not all(groups):
@@ -909,7 +899,7 @@ def compare(
     change = _study_truth_change(truth, groups[0], groups[1], before, after) if truth is not None else None
     result = compare_tables(before, after, truth=change)
     if html_path is not None:
-        from rlhflab.doctor.compare_report import write_compare_report
+        from rlhflab.doctor import write_compare_report
 
         write_compare_report(html_path, before[0], after[0], result)
     if json_output:
@@ -952,8 +942,7 @@ def _compare_arms(groups: list[list[str]], tables, truth: Optional[Path], json_o
     """`rlhflab compare BEFORE -- ARM1 -- ARM2 ...`: each arm against BEFORE, ranked (doctor/arms.py)."""
     import json
 
-    from rlhflab.doctor.arms import observed_arm, rank_arms
-    from rlhflab.doctor.diagnose import diagnose
+    from rlhflab.doctor import diagnose, observed_arm, rank_arms
 
     control, arm_groups = tables[0], tables[1:]
     names = arm_names(groups)
@@ -967,7 +956,7 @@ def _compare_arms(groups: list[list[str]], tables, truth: Optional[Path], json_o
                                                    "seeds_why": f"{len(control)} runs before, as given"},
                **ranking.to_json(), "arms_given": dict(zip(names, groups[1:])), "next": ranking_next(ranking)}
     if html_path is not None:
-        from rlhflab.doctor.ablate_report import write_ablation_report
+        from rlhflab.doctor import write_ablation_report
 
         write_ablation_report(html_path, control[0], diagnose(control[0]), ranking, control,
                               {name: runs for name, runs in zip(names, arm_groups)}, summary)
@@ -983,7 +972,7 @@ RANKING_EXIT = {"confirmed": 0, "no setting cures it": 1, "not confirmed": 3, "c
 
 def ranking_next(ranking) -> str:
     """What to do after a ranking of arms given as runs."""
-    from rlhflab.doctor.arms import describe
+    from rlhflab.doctor import describe
 
     if ranking.verdict == "confirmed":
         return f"apply {describe(ranking.confirmed[0].arm)}"
@@ -1047,8 +1036,7 @@ def rate(
                                                "of this study's items: their ratings join the study's, and exit."),
 ) -> None:
     _studies_extra()
-    from rlhflab.doctor.formats import LogFormatError
-    from rlhflab.doctor.formats.mapping import parse_map_options
+    from rlhflab.doctor import LogFormatError, parse_map_options
     from rlhflab.studies.build import open_or_build, open_rating_study, parse_sources, study_directory
     from rlhflab.studies.design import StudyError, parse_scale
 
@@ -1196,8 +1184,7 @@ def pair(
                                             "{prompt}, {first}, {second}, ending where the letter A or B follows."),
 ) -> None:
     _studies_extra()
-    from rlhflab.doctor.formats import LogFormatError
-    from rlhflab.doctor.formats.mapping import parse_map_options
+    from rlhflab.doctor import LogFormatError, parse_map_options
     from rlhflab.studies.build import parse_sources
     from rlhflab.studies.design import StudyError
     from rlhflab.studies.pairs import build_pair_study
@@ -1525,7 +1512,7 @@ def _study_truth_change(directory: Path, before_runs: list[str], after_runs: lis
     """compare --truth: each run matched to a system of the study, its rated truth attached to
     its table (the gold rules read it), and the change measured from the study."""
     _studies_extra()
-    from rlhflab.doctor.truth import attach_truth
+    from rlhflab.doctor import attach_truth
     from rlhflab.studies.design import StudyError
     from rlhflab.studies.store import Study
     from rlhflab.studies.truth import match_system, rated_truth, truth_change

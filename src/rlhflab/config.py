@@ -15,11 +15,11 @@ import types
 import typing
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal, Optional, Union, get_args, get_origin
+from typing import Any, Callable, Literal, Optional, Union, get_args, get_origin
 
 import tomllib
 
-from rlhflab.doctor.rules import rule_names
+from rlhflab.doctor import stop_rules
 from rlhflab.worlds.reviews.config import WorldConfig
 
 
@@ -155,9 +155,9 @@ class PPOConfig:
     seed: Optional[int] = None
     """Seed of this stage's own random streams (sampling, prompt batches, minibatch order, value-head init); unset:
     the run's `seed`. An ablation's seeds vary it alone, so its arms share stages 1-2 (`rlhflab ablate`)."""
-    stop_on: str = ""
-    """Comma-separated doctor rules (e.g. kl_explosion,reward_hacking_gold) that stop the run, with a
-    checkpoint and the diagnosis, when they fire at medium or high severity (a low one is a note)."""
+    stop_on: tuple[str, ...] = ()
+    """Doctor rules (e.g. ["kl_explosion", "reward_hacking_gold"]; on the command line comma-separated) that stop
+    the run, with a checkpoint and the diagnosis, when they fire at medium or high severity (a low one is a note)."""
 
 
 @dataclass(frozen=True)
@@ -346,9 +346,18 @@ def _field_hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+# Keys whose values another module parses and checks (the one parser of each).
+_PARSERS: dict[str, Callable[[Any], Any]] = {"ppo.stop_on": stop_rules}
+
+
 def _coerce(key: str, raw: Any, hint: Any, source: str) -> Any:
     """Convert `raw` (a TOML value or an override string) to the field's type."""
     where = f"{source}: {key}" if source else key
+    if key in _PARSERS:
+        try:
+            return _PARSERS[key](raw)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{where} = {raw!r}: {err}") from None
     origin = get_origin(hint)
     if origin is Literal:
         choices = get_args(hint)
@@ -403,7 +412,7 @@ def _check_range(key: str, value: Any, source: str) -> None:
         if not (Path(value).is_dir() if kind == "dir" else Path(value).is_file()):
             raise ConfigError(f"{where} = {value!r}: not found; expected an existing "
                               f"{'Hugging Face model directory' if kind == 'dir' else '.jsonl or .parquet file'}")
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, (bool, str, tuple)):
         return
     if key in _RANGES:
         low, high = _RANGES[key]
@@ -483,20 +492,12 @@ def _check_consistency(config: PipelineConfig) -> None:
         )
     if config.reward.responses_per_prompt < 2:
         raise ConfigError(f"reward.responses_per_prompt = {config.reward.responses_per_prompt}: expected at least 2")
-    try:
-        stop_rules(ppo)
-    except ValueError as err:
-        raise ConfigError(f"ppo.stop_on: {err}") from None
     if config.data.reward_base and not config.data.preferences:
         raise ConfigError("data.reward_base needs data.preferences: the world's comparisons are samples of "
                           "RUN/stage1_lm, scored by a reward model of the same tokenizer")
     if pre.n_embd % pre.n_head:
         raise ConfigError(f"pretrain.n_embd = {pre.n_embd} must be divisible by pretrain.n_head = {pre.n_head}")
 
-
-def stop_rules(ppo: PPOConfig) -> list[str]:
-    """The rule names in `ppo.stop_on` (an unknown one is a ValueError)."""
-    return rule_names(ppo.stop_on)
 
 
 def parse_override(text: str) -> tuple[str, str]:
@@ -582,6 +583,8 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {value!r} to TOML")  # pragma: no cover
 
 

@@ -11,10 +11,9 @@ from rich.table import Table
 
 from rlhflab.config import PipelineConfig, save_config, with_strategy
 from rlhflab.distributed import Cluster
-from rlhflab.doctor.diagnose import read_and_diagnose, write_diagnosis
-from rlhflab.doctor.report import write_report
+from rlhflab.doctor import StopRule, read_and_diagnose, write_diagnosis, write_report
 from rlhflab.ppo.components import PPOComponents, record_components
-from rlhflab.ppo.run import StopRule, run_ppo
+from rlhflab.ppo.run import run_ppo
 from rlhflab.progress import console
 from rlhflab.runs import RunDir, read_json, write_json
 from rlhflab.stages.pretrain import run_pretrain

@@ -14,10 +14,7 @@ from pathlib import Path
 
 from rlhflab.config import apply_overrides, config_from_run, parse_override, save_config, with_strategy
 from rlhflab.distributed import Cluster
-from rlhflab.doctor.compare import Comparison, compare_tables
-from rlhflab.doctor.diagnose import read_and_diagnose, write_diagnosis
-from rlhflab.doctor.findings import Diagnosis
-from rlhflab.doctor.report import write_report
+from rlhflab.doctor import Comparison, Diagnosis, compare_tables, read_and_diagnose, write_diagnosis, write_report
 from rlhflab.faults.zoo import components_for
 from rlhflab.pipeline import STAGE_NAMES, STAGES, StageContext, run_stages
 from rlhflab.ppo.components import COMPONENT_STAGES, record_components

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rlhflab.checkup.context import ProbeContext
 from rlhflab.checkup.results import ProbeResult, ProbeSkipped, within
 from rlhflab.data.batching import encode_prompts
-from rlhflab.doctor.rules.responses import EOS_RATE_LIMIT, PROMPT_UNIQUE_LIMIT
+from rlhflab.doctor import THRESHOLDS
 from rlhflab.seeding import derive_seed
 
 
@@ -18,14 +18,14 @@ def first_batch(ctx: ProbeContext) -> list[str]:
 
 def probe_responses_end(ctx: ProbeContext) -> ProbeResult:
     rollout = ctx.rollout()
-    return within("responses_end", "sampling", float(rollout.has_eos.float().mean()), EOS_RATE_LIMIT.value,
+    return within("responses_end", "sampling", float(rollout.has_eos.float().mean()), THRESHOLDS["EOS_RATE_LIMIT"].value,
                   f"fraction of the untrained policy's responses that end with EOS within "
                   f"ppo.response_length = {ctx.config.ppo.response_length}", below=False)
 
 
 def probe_prompts_distinct(ctx: ProbeContext) -> ProbeResult:
     prompts = first_batch(ctx)
-    return within("prompts_distinct", "prompt_data", len(set(prompts)) / len(prompts), PROMPT_UNIQUE_LIMIT.value,
+    return within("prompts_distinct", "prompt_data", len(set(prompts)) / len(prompts), THRESHOLDS["PROMPT_UNIQUE_LIMIT"].value,
                   "fraction of distinct prompts in the first PPO batch", below=False)
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from rlhflab.checkup.probes import PROBES, Probe
-from rlhflab.doctor.ruledoc import cell, sections_are_current, write_sections
+from rlhflab.markdown import cell, sections_are_current, write_sections
 
 COMMAND = "`python -m rlhflab.checkup.probedoc docs/doctor.md`"
 

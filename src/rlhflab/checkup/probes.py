@@ -29,7 +29,7 @@ from rlhflab.checkup.settings import SettingReport, check_settings
 from rlhflab.checkup.states import START, StateName, moved_state
 from rlhflab.config import PipelineConfig
 from rlhflab.distributed import default_device
-from rlhflab.doctor.findings import Component
+from rlhflab.doctor import Component
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.trainer import load_ppo_state
 from rlhflab.runs import RunDir, write_json

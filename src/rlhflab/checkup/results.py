@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from rlhflab.doctor.findings import Component
+from rlhflab.doctor import Component
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from rlhflab.checkup.context import ProbeContext
 from rlhflab.checkup.logprobs import alone_and_batched
 from rlhflab.checkup.results import ProbeResult, ProbeSkipped, forward_within, within
 from rlhflab.data.batching import encode_prompts, encode_responses, join_prompt_response
-from rlhflab.doctor.rules.reward_model import RM_LENGTH_CORR_LIMIT, RM_VAL_ACC_LIMIT
+from rlhflab.doctor import THRESHOLDS
 from rlhflab.metrics.stats import pearson
 from rlhflab.models.precision import autocast
 from rlhflab.seeding import derive_seed, torch_generator
@@ -25,9 +25,9 @@ def probe_reward_model_health(ctx: ProbeContext) -> list[ProbeResult]:
     else:
         raise ProbeSkipped("no labelled pairs: give --pairs FILE to test the reward model")
     return [
-        within("rm_prefers_chosen", "reward_model", accuracy, RM_VAL_ACC_LIMIT.value, f"accuracy on {what}",
+        within("rm_prefers_chosen", "reward_model", accuracy, THRESHOLDS["RM_VAL_ACC_LIMIT"].value, f"accuracy on {what}",
                below=False),
-        within("rm_score_not_mostly_length", "reward_model", abs(length_corr), RM_LENGTH_CORR_LIMIT.value,
+        within("rm_score_not_mostly_length", "reward_model", abs(length_corr), THRESHOLDS["RM_LENGTH_CORR_LIMIT"].value,
                "|corr(score, response length)| on those pairs"),
     ]
 

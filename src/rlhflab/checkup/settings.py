@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from rlhflab.config import PPOConfig
-from rlhflab.doctor.findings import Component
+from rlhflab.doctor import Component
 
 
 @dataclass(frozen=True)

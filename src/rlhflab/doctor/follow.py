@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Callable
 
 from rlhflab.doctor.formats import LogFormatError, UserMapping, read_log
+from rlhflab.doctor.live import Watch, finding_line
 from rlhflab.doctor.table import MetricTable
-from rlhflab.doctor.watch import Watch, finding_line
 
 
 def signature(path: Path) -> tuple[int, int, int] | None:

@@ -18,10 +18,7 @@ from pathlib import Path
 
 from rlhflab.checkup import run_checkup
 from rlhflab.config import load_config
-from rlhflab.doctor.diagnose import CHECKUP_RULE, diagnose, read_and_diagnose, write_diagnosis
-from rlhflab.doctor.findings import Diagnosis
-from rlhflab.doctor.report import write_report
-from rlhflab.doctor.settings import RunSettings
+from rlhflab.doctor import CHECKUP_RULE, Diagnosis, RunSettings, diagnose, read_and_diagnose, write_diagnosis, write_report
 from rlhflab.faults.zoo import FAULTS, Fault, components_for, with_fault
 from rlhflab.pipeline import run_pipeline
 from rlhflab.runs import RunDir

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from rlhflab.config import ConfigError, PipelineConfig, PPOConfig, apply_overrides
-from rlhflab.doctor.findings import Component
+from rlhflab.doctor import Component
 from rlhflab.models.forward import position_ids_from_mask
 from rlhflab.models.sampling import sample_responses
 from rlhflab.ppo import advantages

@@ -31,14 +31,17 @@ from typing import Iterable
 from rich.markup import escape
 from transformers import TrainerCallback
 
-from rlhflab.doctor.diagnose import write_diagnosis
-from rlhflab.doctor.findings import Finding
-from rlhflab.doctor.formats import read_history
-from rlhflab.doctor.formats.mapping import parse_pairs
-from rlhflab.doctor.report import write_report
-from rlhflab.doctor.sample_measures import attach_samples
-from rlhflab.doctor.samples import CALLBACK_SAMPLES, find_samples
-from rlhflab.doctor.watch import Watch, finding_line, stop_rules
+from rlhflab.doctor import (
+    CALLBACK_SAMPLES,
+    Finding,
+    LiveLog,
+    Watch,
+    finding_line,
+    parse_map_options,
+    stop_rules,
+    write_diagnosis,
+    write_report,
+)
 from rlhflab.progress import console
 
 OUTPUT_SUBDIR = CALLBACK_SAMPLES.parent.name  # "rlhflab": where the samples are looked for too
@@ -56,7 +59,8 @@ class DoctorCallback(TrainerCallback):
     """Args:
         every: logging calls between two diagnoses (the last one is always diagnosed at the end).
         stop_on: rule names whose finding stops the run, with a checkpoint.
-        mapping: `their_name=metric` pairs for columns the registry does not know, as `--map`.
+        mapping: `their_name=metric` pairs or TOML mapping files for columns the registry does not know,
+            as `--map`.
         output_dir: where `rlhflab/` goes; default: the trainer's `args.output_dir`.
         compare_to: an earlier run's log or output directory (any format the doctor reads): as
             this run passes the step where each of its findings began, that finding is told gone
@@ -69,17 +73,14 @@ class DoctorCallback(TrainerCallback):
     def __init__(self, every: int = 10, stop_on: Iterable[str] | str = (), mapping: Iterable[str] = (),
                  output_dir: str | Path | None = None, compare_to: str | Path | None = None,
                  samples_of: object | None = None) -> None:
-        if every < 1:
-            raise ValueError(f"every must be >= 1, got {every}")
         self.sample_writer = SampleWriter(samples_of) if samples_of is not None else None
         self.compare_to = Path(compare_to) if compare_to is not None else None
         self.earlier = None  # (its table, its diagnosis), read at the first diagnosis
         self.told_earlier: dict[str, str] = {}  # earlier finding's rule -> what was told of it
-        self.every = every
-        self.mapping = parse_pairs(list(mapping))
+        self.mapping = parse_map_options(list(mapping))
         self.output_dir = Path(output_dir) if output_dir is not None else None
-        self.watch = Watch(stop_rules(stop_on))
-        self.calls = 0
+        self.watch = Watch(stop_rules(stop_on), every)
+        self.live: LiveLog | None = None  # made at the first logging call, from the trainer's arguments
         self.seconds: list[float] = []  # wall time of each diagnosis
         self.stopped_at: int | None = None  # the global step at which the stop was asked
         self.table = None
@@ -87,13 +88,21 @@ class DoctorCallback(TrainerCallback):
     def out_dir(self, args) -> Path:
         return (self.output_dir or Path(args.output_dir)) / OUTPUT_SUBDIR
 
+    def follow_history(self, args, state) -> LiveLog:
+        """The live log with the rows of `state.log_history` it does not hold yet (all of a
+        resumed run's at the first call)."""
+        if self.live is None:
+            self.live = LiveLog.of_transformers(args, self.mapping, self.output_dir or Path(args.output_dir))
+        for row in state.log_history[len(self.live.rows):]:
+            self.live.append(row)
+        return self.live
+
     def diagnose(self, args, state) -> list[Finding]:
         """The findings new in the history so far. Every process diagnoses the same history
         (transformers keeps it on each), so all of them decide to stop at the same step;
         the main process alone writes and prints."""
         start = time.perf_counter()
-        self.table = read_history(list(state.log_history), args, self.mapping, source=str(args.output_dir))
-        attach_samples(self.table, find_samples(self.output_dir or Path(args.output_dir)))
+        self.table = self.follow_history(args, state).table()
         new = self.watch.check(self.table)
         if state.is_world_process_zero:
             out = self.out_dir(args)
@@ -112,8 +121,7 @@ class DoctorCallback(TrainerCallback):
         if self.compare_to is None:
             return []
         if self.earlier is None:
-            from rlhflab.doctor.diagnose import diagnose
-            from rlhflab.doctor.formats import read_log
+            from rlhflab.doctor import diagnose, read_log
 
             table = read_log(self.compare_to, self.mapping)
             self.earlier = (table, diagnose(table))
@@ -136,8 +144,7 @@ class DoctorCallback(TrainerCallback):
             if state.is_world_process_zero:
                 self._write_report(args)
             raise DoctorStop(self.watch.stopped_by)  # the trainer kept going after the checkpoint
-        self.calls += 1
-        if self.calls % self.every:
+        if not self.watch.due(self.follow_history(args, state)):
             return control
         self.diagnose(args, state)
         if self.watch.stopped_by is not None and self.stopped_at is None:
@@ -163,7 +170,7 @@ class DoctorCallback(TrainerCallback):
         """`rlhflab compare`'s comparison of the earlier run with this one, at the end."""
         import json
 
-        from rlhflab.doctor.compare import compare_tables
+        from rlhflab.doctor import compare_tables
 
         result = compare_tables([self.earlier[0]], [self.table])
         (self.out_dir(args) / "compare.json").write_text(json.dumps(

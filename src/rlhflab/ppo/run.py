@@ -10,7 +10,6 @@ import signal
 import threading
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Optional
 
 from rlhflab.checkpoint import (
     ResumePoint,
@@ -20,15 +19,9 @@ from rlhflab.checkpoint import (
     save_checkpoint,
     truncate_lines,
 )
-from rlhflab.config import PipelineConfig, stop_rules
+from rlhflab.config import PipelineConfig
 from rlhflab.distributed import Cluster
-from rlhflab.doctor.diagnose import diagnose, write_diagnosis
-from rlhflab.doctor.findings import Diagnosis, Finding
-from rlhflab.doctor.formats.rlhflab import FORMAT as RLHFLAB_FORMAT
-from rlhflab.doctor.formats.rlhflab import reward_train_max, settings_from_config
-from rlhflab.doctor.formats.spec import RawLog, UserMapping, build_table
-from rlhflab.doctor.sample_measures import attach_samples
-from rlhflab.doctor.samples import RLHFLAB_SAMPLE_COLUMNS, SampleSet, samples_of_rows
+from rlhflab.doctor import Finding, LiveLog, StopRule, Watch, write_diagnosis
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.evaluation import evaluate_policy
 from rlhflab.ppo.rollout import Rollout
@@ -163,62 +156,35 @@ class StopSignals:
             signal.signal(signum, handler)
 
 
-# A stop condition over the live diagnosis: the finding to stop on, or None to go on.
-StopRule = Callable[[Diagnosis], Optional[Finding]]
-
-
 class LiveDoctor:
-    """Runs the doctor's detectors on the metrics so far every `ppo.doctor_every` iterations
-    and returns the first finding whose rule is in `ppo.stop_on` (or the one `stop_when`
-    returns); and stops the run after `ppo.max_nonfinite_iterations` iterations in a row
-    with a skipped (non-finite) update."""
+    """The doctor during training: the run's rows so far in a live log (read as the run's
+    files are afterwards), watched every `ppo.doctor_every` iterations for a rule of
+    `ppo.stop_on` (or what `stop_when` returns), and a stop after `ppo.max_nonfinite_iterations`
+    iterations in a row with a skipped (non-finite) update."""
 
     def __init__(self, config: PipelineConfig, state: PPOState, records: list[dict] | None = None,
                  samples: list[dict] | None = None, stop_when: StopRule | None = None) -> None:
-        self.config, self.state = config, state
-        self.stop_on = set(stop_rules(config.ppo))
-        self.stop_when = stop_when
-        self.records: list[dict] = list(records or [])
-        self.samples: list[dict] = list(samples or [])  # the rows of samples/ppo.jsonl so far (every process has them)
-        self.last_diagnosis = None
-        # What the doctor reads of a run's config.toml, from the config itself.
-        self.settings = settings_from_config(asdict(config))
-        limit = reward_train_max(state.reward.model.config.to_dict())
-        if limit is not None:
-            self.settings["reward_train_max"] = limit
+        self.state = state
+        self.live = LiveLog.of_rlhflab(asdict(config), state.reward.model.config.to_dict(), records or [],
+                                       samples or [])
+        self.watch = Watch(config.ppo.stop_on, config.ppo.doctor_every, stop_when,
+                           config.ppo.max_nonfinite_iterations, tell=False)
 
-    def observe(self, step: int, metrics: dict[str, float], samples: list[dict] = ()):
-        self.records.append({"step": step, **metrics})
-        self.samples.extend(samples)
-        limit = self.config.ppo.max_nonfinite_iterations
-        recent = self.records[-limit:]
-        if len(recent) == limit and all(r.get("guard/skipped_updates", 0) for r in recent):
-            return next(f for f in self._diagnose().findings if f.rule == "updates_skipped")
-        if not (self.stop_on or self.stop_when) or (step + 1) % self.config.ppo.doctor_every:
-            return None
-        diagnosis = self._diagnose()
-        found = next((f for f in diagnosis.findings if f.stops(self.stop_on)), None)
-        return found if found is not None or self.stop_when is None else self.stop_when(diagnosis)
+    def observe(self, step: int, metrics: dict[str, float], samples: list[dict] = ()) -> Finding | None:
+        self.live.append({"step": step, **metrics}, samples)
+        self.watch.observe(self.live)
+        return self.watch.stopped_by
 
-    def _diagnose(self):
-        # The metrics so far, read as the doctor reads the run's files afterwards.
-        table = build_table(RawLog(self.records, self.settings), RLHFLAB_FORMAT, UserMapping(), "live")
-        if self.samples:
-            attach_samples(table, [SampleSet(samples_of_rows(self.samples, RLHFLAB_SAMPLE_COLUMNS, "live"), "live",
-                                             "rlhflab")])
-        self.last_diagnosis = diagnose(table)
-        return self.last_diagnosis
-
-    def stop(self, run: RunDir, finding) -> None:
+    def stop(self, run: RunDir, finding: Finding) -> None:
         """Save the policy as an HF directory and write the diagnosis that stopped the run
         (every process gathers the weights; the first writes)."""
         weights = self.state.engine.full_state_dict(self.state.policy)
         if not self.state.cluster.is_main:
             return
         self.state.policy.save(run.checkpoints / "stopped", self.state.tokenizer, weights)
-        self.last_diagnosis.source = str(run.root)
-        write_diagnosis(self.last_diagnosis, run.diagnosis)
-        console.print(f"[red]stopped at iteration {self.records[-1]['step']}:[/red] {finding.title} "
+        self.watch.diagnosis.source = str(run.root)
+        write_diagnosis(self.watch.diagnosis, run.diagnosis)
+        console.print(f"[red]stopped at iteration {self.live.rows[-1]['step']}:[/red] {finding.title} "
                       f"(rule {finding.rule}); checkpoint in {run.checkpoints / 'stopped'}")
 
 

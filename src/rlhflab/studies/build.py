@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from rlhflab.doctor.samples import read_samples
+from rlhflab.doctor import read_samples
 from rlhflab.studies.design import DrawnItem, StepBin, StudyDesign, StudyError, draw_items
 from rlhflab.studies.store import Study, System
 

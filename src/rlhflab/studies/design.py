@@ -15,7 +15,7 @@ from typing import Sequence
 
 import tomllib
 
-from rlhflab.doctor.samples import Sample
+from rlhflab.doctor import Sample
 from rlhflab.seeding import derive_seed
 
 KINDS = ("rating", "pair")

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rlhflab.doctor.compare import TruthChange
+from rlhflab.doctor import TruthChange
 from rlhflab.seeding import derive_seed
 from rlhflab.studies.design import StudyError
 from rlhflab.studies.pairwise import bootstrap_strengths, wilson_interval, win_rate

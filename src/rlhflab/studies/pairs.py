@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from rlhflab.doctor.samples import Sample, read_samples
+from rlhflab.doctor import Sample, read_samples
 from rlhflab.seeding import derive_seed
 from rlhflab.studies.build import Source
 from rlhflab.studies.design import StudyDesign, StudyError

@@ -17,9 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rlhflab.doctor.compare import CONFIDENCE, TruthChange
-from rlhflab.doctor.table import MetricTable
-from rlhflab.doctor.truth import RatedExample, RatedPoint, RatedTruth
+from rlhflab.doctor import CONFIDENCE, MetricTable, RatedExample, RatedPoint, RatedTruth, TruthChange
 from rlhflab.studies.design import StudyError
 from rlhflab.studies.results import HUMAN_KINDS, study_results
 from rlhflab.studies.stats import crossed_bootstrap_draws, percentile_interval

@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from rlhflab.doctor import samples as sample_files
 from rlhflab.doctor.findings import Change, Diagnosis, Finding, Fix
 from rlhflab.doctor.formats import (
     areal,
@@ -28,6 +27,7 @@ from rlhflab.doctor.formats import (
     prime_rl,
     rlhflab,
     roll,
+    sample_files,
     skyrl,
     slime,
     table,
@@ -40,6 +40,7 @@ from rlhflab.doctor.formats import (
     wandb_csv,
     wandb_run,
 )
+from rlhflab.doctor.formats.build import build_table, choose_dialect
 from rlhflab.doctor.formats.resolver import resolve
 from rlhflab.doctor.formats.runs import choose_run
 from rlhflab.doctor.formats.spec import (
@@ -50,8 +51,6 @@ from rlhflab.doctor.formats.spec import (
     LogFormatError,
     RawLog,
     UserMapping,
-    build_table,
-    choose_dialect,
 )
 from rlhflab.doctor.sample_measures import attach_samples
 from rlhflab.doctor.table import MetricTable

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import tomllib
 
 from rlhflab.doctor.causes import CheckupVerdict
 from rlhflab.doctor.formats.spec import Dialect, LogFormat, LogFormatError, RawLog, UserMapping
 from rlhflab.doctor.formats.text import json_objects
+from rlhflab.doctor.samples import SampleFormat, SampleSet, read_rows, samples_of_rows
 from rlhflab.runs import RunDir
 
 # config.toml key -> RunSettings field; read both ways (settings, and fixes as overrides).
@@ -102,3 +103,27 @@ FORMAT = LogFormat(
     read=_read,
     dialects=(DIALECT,),
 )
+
+
+# --- samples: RUN/samples/ppo.jsonl, {step, prompt, response, proxy, gold, ended} per response
+# (ppo/run.py, `ppo.samples_per_iteration` of each batch). Sample field -> its key there.
+SAMPLE_COLUMNS = {"step": "step", "prompt": "prompt", "response": "response", "reward": "proxy",
+                          "gold": "gold", "ended": "ended"}
+
+
+def read_samples(path: Path, mapping: Mapping[str, str] | None = None) -> SampleSet:
+    """`RUN/samples/ppo.jsonl` (or the run directory)."""
+    path = path / "samples" / "ppo.jsonl" if path.is_dir() else path
+    rows = read_rows(path)
+    return SampleSet(samples_of_rows(rows, SAMPLE_COLUMNS, str(path)), str(path), "rlhflab")
+
+
+
+
+def _is_samples(path: Path) -> bool:
+    return (path / "samples" / "ppo.jsonl").is_file() if path.is_dir() else (
+        path.name == "ppo.jsonl" and path.parent.name == "samples")
+
+
+SAMPLES = SampleFormat("rlhflab", "RUN/samples/ppo.jsonl", _is_samples, read_samples,
+                       find=lambda log: [read_samples(log)] if _is_samples(log) else [])

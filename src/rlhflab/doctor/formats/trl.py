@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from pathlib import Path
+from typing import Mapping
 
 from rlhflab.doctor.formats.spec import Column, Dialect
 from rlhflab.doctor.metrics import REWARD_FUNCTION_PREFIX
+from rlhflab.doctor.samples import Sample, SampleFileError, SampleFormat, SampleSet, number, samples_of_rows
 from rlhflab.doctor.table import MetricTable
 
 # Bookkeeping of transformers' Trainer: its end-of-training summary row and counters.
@@ -227,3 +230,68 @@ TRL_GRPO = Dialect(
 )
 
 DIALECTS = (TRL_PPO, TRL_PPO_LEGACY, TRL_GRPO)
+
+
+# --- samples: GRPOTrainer with `log_completions=True` (TRL 0.28 and later) writes
+# `OUTPUT_DIR/completions/completions_{global_step:05d}.parquet` at every logging step, columns
+# `step, prompt, completion, <one per reward function>, <extras>, advantage` (`GRPOTrainer.log`).
+# RLOOTrainer and TRL 1.12's PPOTrainer only print them or send them to W&B (the callback's
+# `samples_of` writes them for those).
+# Columns of GRPOTrainer's completions table that are not a reward function's.
+TRL_NOT_REWARDS = frozenset({"step", "prompt", "completion", "advantage", "image", "images"})
+
+
+def read_samples(path: Path, mapping: Mapping[str, str] | None = None) -> SampleSet:
+    """GRPOTrainer's `completions/` (or one parquet file of it): the reward is the sum of
+    the reward functions' columns (their weights are in GRPOConfig.reward_weights, which
+    the files do not hold: 1 each, TRL's default, is assumed and said)."""
+    try:
+        import pyarrow.parquet as parquet
+        from pyarrow import types
+    except ImportError:
+        raise SampleFileError(f"{path}: reading TRL's parquet completions needs pyarrow (pip install pyarrow)") from None
+    files = [path] if path.is_file() else sorted(path.glob("completions_*.parquet"))
+    samples: list[Sample] = []
+    notes: list[str] = []
+    for file in files:
+        try:
+            frame = parquet.read_table(file)
+        except (OSError, ValueError) as err:
+            raise SampleFileError(f"{file}: cannot read parquet ({err})") from None
+        reward_columns = [f.name for f in frame.schema if f.name not in TRL_NOT_REWARDS
+                          and (types.is_integer(f.type) or types.is_floating(f.type))]
+        rows = frame.to_pylist()
+        for row in rows:
+            parts = [number(row[c]) for c in reward_columns]
+            row["reward"] = sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
+        columns = {"step": "step", "prompt": "prompt", "response": "completion", "reward": "reward"}
+        samples.extend(samples_of_rows(rows, {**columns, **{o: t for t, o in (mapping or {}).items()}}, str(file)))
+        if reward_columns and not notes:
+            notes.append(f"{path}: the reward is the sum of {', '.join(reward_columns)} (reward weights "
+                         "of 1 assumed: the completions files do not hold GRPOConfig.reward_weights)")
+    return SampleSet(samples, str(path), "trl", notes=notes)
+
+
+def _is_trl(path: Path) -> bool:
+    if path.is_file():
+        return path.suffix == ".parquet"
+    return path.is_dir() and any(path.glob("completions_*.parquet"))
+
+
+
+
+COMPLETIONS = "completions"
+
+
+def find_samples(log: Path) -> list[SampleSet]:
+    """`completions/` in the output directory: the log's directory or up to two above it
+    (trainer_state.json sits in `checkpoint-N/`, TensorBoard events in `runs/DATE/`)."""
+    base = log if log.is_dir() else log.parent
+    for directory in (base, base.parent, base.parent.parent):
+        if _is_trl(directory / COMPLETIONS):
+            return [read_samples(directory / COMPLETIONS)]
+    return []
+
+
+SAMPLES = SampleFormat("trl", "TRL GRPOTrainer completions/completions_*.parquet (log_completions=True)", _is_trl,
+                       read_samples, find_samples)

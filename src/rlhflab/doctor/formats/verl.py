@@ -25,11 +25,12 @@ import json
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from rlhflab.doctor.formats.runs import run_starts
 from rlhflab.doctor.formats.spec import Column, Dialect, LogFormat, LogFormatError, RawLog, UserMapping
 from rlhflab.doctor.formats.text import json_objects, open_text, plain
+from rlhflab.doctor.samples import Sample, SampleFormat, SampleSet, Split, first_keys, read_rows, samples_of_rows
 from rlhflab.doctor.table import MetricTable
 
 COLUMNS = {
@@ -286,3 +287,61 @@ JSONL = LogFormat(
     read=_read_jsonl,
     dialects=(DIALECT,),
 )
+
+
+# --- samples: `trainer.rollout_data_dir` (every training step) and `trainer.validation_data_dir`
+# (every validation), one `{global_step}.jsonl` per step, lines `{input, output, gts, score,
+# step, <reward extras>}` (veRL's `RayPPOTrainer._dump_generations`, verl/trainer/ppo/ray_trainer.py).
+_STEP_FILE = re.compile(r"^(\d+)\.jsonl$")
+
+
+def read_samples(path: Path, mapping: Mapping[str, str] | None = None, split: Split = "train") -> SampleSet:
+    """A `rollout_data_dir` or `validation_data_dir` (or one `{step}.jsonl` of it)."""
+    files = ([path] if path.is_file() else
+             sorted((p for p in path.iterdir() if _STEP_FILE.match(p.name)), key=lambda p: int(p.stem)))
+    columns = {"step": "step", "prompt": "input", "response": "output", "reward": "score"}
+    samples: list[Sample] = []
+    for file in files:
+        rows = read_rows(file)
+        for row in rows:
+            row.setdefault("step", int(file.stem) if file.stem.isdigit() else 0)
+        samples.extend(samples_of_rows(rows, {**columns, **{o: t for t, o in (mapping or {}).items()}}, str(file)))
+    return SampleSet(samples, str(path), "verl", split)
+
+
+def _is_verl(path: Path) -> bool:
+    if path.is_file():
+        return bool(_STEP_FILE.match(path.name)) and first_keys(path) >= {"input", "output"}
+    files = [p for p in path.iterdir() if _STEP_FILE.match(p.name)] if path.is_dir() else []
+    return bool(files) and first_keys(files[0]) >= {"input", "output"}
+
+
+# veRL's config keys for its dumps, as its startup config print or a Hydra override shows them.
+_DUMP_DIRS = {"train": "rollout_data_dir", "eval": "validation_data_dir"}
+_CONFIG_VALUE = r"""['"]?{key}['"]?\s*[:=]\s*['"]?([^'",}}\s]+)"""
+
+
+def find_samples(log: Path) -> list[SampleSet]:
+    """The dump directories a veRL log's printed config names (relative paths from the log's
+    directory)."""
+    if not log.is_file():
+        return []
+    try:
+        with log.open(encoding="utf-8", errors="replace") as handle:
+            head = handle.read(2_000_000)  # the config is printed at startup
+    except OSError:
+        return []
+    sets = []
+    for split, key in _DUMP_DIRS.items():
+        match = re.search(_CONFIG_VALUE.format(key=key), head)
+        if not match or match.group(1) in ("None", "null"):
+            continue
+        directory = Path(match.group(1))
+        directory = directory if directory.is_absolute() else log.parent / directory
+        if directory.is_dir() and _is_verl(directory):
+            sets.append(read_samples(directory, split=split))
+    return sets
+
+
+SAMPLES = SampleFormat("verl", "veRL rollout_data_dir / validation_data_dir: {step}.jsonl files", _is_verl,
+                       read_samples, find_samples)

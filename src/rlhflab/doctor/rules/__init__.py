@@ -1,17 +1,26 @@
 """The doctor's rules: one module per symptom family (`registry.FAMILIES`), each rule
-registered once beside its detect function (`registry.py`). Importing this package
-imports every family, which registers its rules."""
+registered once beside its detect function (`registry.py`). Importing a family registers
+its rules; every family is imported here by name (a test checks none is missing), and
+`registered()` orders them as FAMILIES does."""
 
-from importlib import import_module
-
-from rlhflab.doctor.rules.registry import FAMILIES, Detection, Rule, Threshold, registered
-
-for _family in FAMILIES:
-    import_module(f"{__name__}.{_family}")
+from rlhflab.doctor.rules import (  # noqa: F401  (imported to register their rules)
+    collapse,
+    hacking,
+    identities,
+    impossible,
+    kl,
+    mismatch,
+    responses,
+    reward_model,
+    update,
+)
+from rlhflab.doctor.rules.registry import Detection, Rule, Threshold, registered
 
 RULES: tuple[Rule, ...] = registered()
 RULE_NAMES: tuple[str, ...] = tuple(r.name for r in RULES)
 BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
+# Every rule's named thresholds, for code that must agree with them (the checkup's data probes).
+THRESHOLDS: dict[str, Threshold] = {t.name: t for r in RULES for t in r.thresholds}
 
 
 def rule_names(names) -> list[str]:
@@ -24,4 +33,4 @@ def rule_names(names) -> list[str]:
     return names
 
 
-__all__ = ["BY_NAME", "Detection", "RULES", "RULE_NAMES", "Rule", "Threshold", "rule_names"]
+__all__ = ["BY_NAME", "Detection", "RULES", "RULE_NAMES", "Rule", "THRESHOLDS", "Threshold", "rule_names"]
