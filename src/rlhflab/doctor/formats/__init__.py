@@ -41,6 +41,7 @@ from rlhflab.doctor.formats import (
     wandb_run,
 )
 from rlhflab.doctor.formats.build import build_table, choose_dialect
+from rlhflab.doctor.formats.launch import Launcher
 from rlhflab.doctor.formats.resolver import resolve
 from rlhflab.doctor.formats.runs import choose_run
 from rlhflab.doctor.formats.spec import (
@@ -70,6 +71,11 @@ FORMATS: tuple[LogFormat, ...] = (
     notebook.FORMAT, verl.CONSOLE, deepspeed_chat.FORMAT, hf_console.FORMAT, table.FORMAT,
 )
 BY_NAME: dict[str, LogFormat] = {f.name: f for f in FORMATS}
+
+# How each trainer is launched, for an ablation plan for its log (doctor/plan.py).
+LAUNCHERS: tuple[Launcher, ...] = (
+    *trl.LAUNCHERS, verl.LAUNCHER, openrlhf.LAUNCHER, nemo_rl.LAUNCHER, prime_rl.LAUNCHER,
+)
 
 __all__ = ["BY_NAME", "Column", "DIALECTS", "DIALECTS_BY_NAME", "Dialect", "FORMATS", "LogFormat", "LogFormatError",
            "RawLog", "UserMapping", "detect_format", "get_format", "read_history", "read_log", "render_change", "render_fix",

@@ -10,6 +10,7 @@ coefficient; `approx_entropy` a per-token entropy estimate; `gen_kl_error` and
 
 from __future__ import annotations
 
+from rlhflab.doctor.formats.launch import KeyList, Launcher, dotted
 from rlhflab.doctor.formats.spec import Column, Dialect
 
 COLUMNS = {
@@ -49,3 +50,19 @@ DIALECT = Dialect(
     prefixes=("train/", "validation/"),
     vocabulary=VOCABULARY,
 )
+
+
+# --- launching it (an ablation plan for its log: doctor/plan.py) ---------------------------------
+NEMO_RL_KEYS = KeyList(
+    "NeMo-RL 0.6",
+    "examples/configs/grpo_math_1B.yaml, examples/run_grpo.py (Hydra-style overrides after --config)",
+    frozenset({"loss_fn.reference_policy_kl_penalty", "loss_fn.reference_policy_kl_type", "loss_fn.ratio_clip_min",
+               "loss_fn.ratio_clip_max", "policy.optimizer.kwargs.lr", "policy.generation.max_new_tokens",
+               "grpo.num_generations_per_prompt", "grpo.num_prompts_per_step",
+               "loss_fn.use_importance_sampling_correction", "grpo.seed", "logger.log_dir",
+               "checkpointing.checkpoint_dir"}))
+LAUNCHER = Launcher("nemo-rl", ("nemo-rl",), "overrides", "uv run python examples/run_grpo.py --config ...",
+                   dotted, ("grpo.seed",), (("logger.log_dir", "{out}"), ("checkpointing.checkpoint_dir", "{out}/ckpt")),
+                   NEMO_RL_KEYS,
+                   notes=("grpo.seed seeds the trainer, not vLLM's sampler; runs resume from checkpointing.checkpoint_dir, "
+                          "so each run has its own",))

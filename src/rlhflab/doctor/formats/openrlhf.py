@@ -10,6 +10,7 @@ by response length across the batch; with `--use_kl_loss` it is the KL loss term
 
 from __future__ import annotations
 
+from rlhflab.doctor.formats.launch import KeyList, Launcher, dotted
 from rlhflab.doctor.formats.spec import Column, Dialect
 from rlhflab.doctor.table import MetricTable
 
@@ -65,3 +66,18 @@ DIALECT = Dialect(
     vocabulary=VOCABULARY,
     interpret=_interpret,
 )
+
+
+# --- launching it (an ablation plan for its log: doctor/plan.py) ---------------------------------
+OPENRLHF_KEYS = KeyList(
+    "OpenRLHF 0.10.2-0.11.2 (dotted flags since 0.10.2, commit ed62d0e2, with no aliases for the flat ones)",
+    "openrlhf/cli/train_ppo_ray.py",
+    frozenset({"algo.kl.init_coef", "algo.kl.target", "algo.kl.horizon", "algo.kl.estimator", "actor.eps_clip",
+               "critic.value_clip", "actor.adam.lr", "actor.entropy_coef", "rollout.max_new_tokens",
+               "rollout.n_samples_per_prompt", "rollout.batch_size", "train.seed", "ckpt.output_dir", "ckpt.path"}))
+LAUNCHER = Launcher("openrlhf", ("openrlhf",), "flags", "python3 -m openrlhf.cli.train_ppo_ray --actor.pretrain ... "
+                   "--reward.pretrain ... --data.prompt_data ...",
+                   dotted, ("train.seed",), (("ckpt.output_dir", "{out}"), ("ckpt.path", "{out}/ckpt")), OPENRLHF_KEYS,
+                   bools="bare",
+                   notes=("dotted flags are OpenRLHF >= 0.10.2's; before it the same settings are flat "
+                          "(--init_kl_coef, --actor_learning_rate, --seed, --save_path)",))

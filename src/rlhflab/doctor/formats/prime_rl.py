@@ -14,6 +14,7 @@ pulls toward the inference policy, so no KL coefficient is written as a fix.
 
 from __future__ import annotations
 
+from rlhflab.doctor.formats.launch import KeyList, Launcher, kebab
 from rlhflab.doctor.formats.spec import Column, Dialect
 
 COLUMNS = {
@@ -46,3 +47,15 @@ DIALECT = Dialect(
                        "masked_mismatch_kl/*", "unmasked_mismatch_kl/*", "kl_ent_ratio/*", "dispatcher/*"}),
     vocabulary=VOCABULARY,
 )
+
+
+# --- launching it (an ablation plan for its log: doctor/plan.py) ---------------------------------
+PRIME_RL_KEYS = KeyList(
+    "prime-rl (main, 2026)",
+    "src/prime_rl/rl.py and its pydantic configs (prime-pydantic-config: dotted kebab-case flags)",
+    frozenset({"trainer.optim.lr", "orchestrator.group-size", "orchestrator.batch-size", "output-dir", "run.name",
+               "inference.vllm.seed", "orchestrator.train.sampling.max-completion-tokens"}))
+LAUNCHER = Launcher("prime-rl", ("prime-rl",), "flags", "uv run rl @ ...toml", kebab, ("inference.vllm.seed",),
+                   (("output-dir", "{out}"),), PRIME_RL_KEYS, bools="negated",
+                   notes=("prime-rl has no trainer seed: the seeds vary the sampler (inference.vllm.seed) only, its data "
+                          "order is fixed",))

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
+from rlhflab.doctor.formats.launch import KeyList, Launcher, class_fields
 from rlhflab.doctor.formats.spec import Column, Dialect
 from rlhflab.doctor.metrics import REWARD_FUNCTION_PREFIX
 from rlhflab.doctor.samples import Sample, SampleFileError, SampleFormat, SampleSet, number, samples_of_rows
@@ -295,3 +296,30 @@ def find_samples(log: Path) -> list[SampleSet]:
 
 SAMPLES = SampleFormat("trl", "TRL GRPOTrainer completions/completions_*.parquet (log_completions=True)", _is_trl,
                        read_samples, find_samples)
+
+
+# --- launching it (an ablation plan for its log: doctor/plan.py) ---------------------------------
+TRL_PPO_KEYS = KeyList(
+    "TRL 1.12.0 (trl.experimental.ppo; PPO is gone from TRL after 1.12)",
+    "trl/experimental/ppo/ppo_config.py, examples/scripts/ppo/ppo.py (HfArgumentParser over ScriptArguments, "
+    "PPOConfig, ModelConfig)",
+    frozenset({"kl_coef", "kl_estimator", "cliprange", "cliprange_value", "learning_rate", "response_length",
+               "missing_eos_penalty", "per_device_train_batch_size", "seed", "output_dir", "vf_coef", "gamma", "lam",
+               "num_ppo_epochs", "num_mini_batches", "whiten_rewards", "temperature", "stop_token"}))
+TRL_GRPO_KEYS = KeyList(
+    "TRL 1.12.0-1.16.0",
+    "trl/trainer/grpo_config.py, trl/scripts/grpo.py (`trl grpo`: HfArgumentParser over GRPOScriptArguments, "
+    "GRPOConfig, ModelConfig)",
+    frozenset({"beta", "epsilon", "learning_rate", "max_completion_length", "num_generations",
+               "per_device_train_batch_size", "vllm_importance_sampling_correction", "seed", "output_dir",
+               "temperature", "loss_type", "scale_rewards", "num_iterations"}))
+LAUNCHERS: tuple[Launcher, ...] = (
+    Launcher("trl-ppo", ("trl-ppo",), "flags",
+             "accelerate launch examples/scripts/ppo/ppo.py --model_name_or_path ... --sft_model_path ... "
+             "--reward_model_path ... --dataset_name ...",
+             class_fields("PPOConfig"), ("seed",), (("output_dir", "{out}"),), TRL_PPO_KEYS, tee=False,
+             notes=("needs TRL <= 1.12 (trl.experimental.ppo); the script deletes its --output_dir when it starts, so "
+                    "each run has its own",)),
+    Launcher("trl-grpo", ("trl-grpo",), "flags", "trl grpo --model_name_or_path ... --dataset_name ...",
+             class_fields("GRPOConfig"), ("seed",), (("output_dir", "{out}"),), TRL_GRPO_KEYS, tee=False),
+)

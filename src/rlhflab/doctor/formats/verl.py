@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from rlhflab.doctor.formats.launch import KeyList, Launcher, dotted
 from rlhflab.doctor.formats.runs import run_starts
 from rlhflab.doctor.formats.spec import Column, Dialect, LogFormat, LogFormatError, RawLog, UserMapping
 from rlhflab.doctor.formats.text import json_objects, open_text, plain
@@ -345,3 +346,26 @@ def find_samples(log: Path) -> list[SampleSet]:
 
 SAMPLES = SampleFormat("verl", "veRL rollout_data_dir / validation_data_dir: {step}.jsonl files", _is_verl,
                        read_samples, find_samples)
+
+
+# --- launching it (an ablation plan for its log: doctor/plan.py) ---------------------------------
+VERL_KEYS = KeyList(
+    "veRL 0.9.1",
+    "verl/trainer/config/ppo_trainer.yaml and its defaults (@hydra.main(config_path='config', "
+    "config_name='ppo_trainer') in verl/trainer/main_ppo.py)",
+    frozenset({"algorithm.kl_ctrl.kl_coef", "algorithm.kl_penalty", "algorithm.kl_ctrl.target_kl",
+               "algorithm.kl_ctrl.horizon", "actor_rollout_ref.actor.clip_ratio", "actor_rollout_ref.actor.optim.lr",
+               "actor_rollout_ref.actor.entropy_coeff", "data.max_response_length", "data.train_batch_size",
+               "actor_rollout_ref.rollout.n", "critic.cliprange_value", "actor_rollout_ref.actor.kl_loss_coef",
+               "actor_rollout_ref.actor.kl_loss_type", "algorithm.rollout_correction.rollout_is", "data.seed",
+               "actor_rollout_ref.actor.data_loader_seed", "critic.data_loader_seed", "trainer.default_local_dir",
+               "trainer.experiment_name", "trainer.logger"}))
+LAUNCHER = Launcher("verl", ("verl",), "overrides", "python3 -m verl.trainer.main_ppo data.train_files=... "
+                   "actor_rollout_ref.model.path=...",
+                   dotted, ("data.seed", "actor_rollout_ref.actor.data_loader_seed", "critic.data_loader_seed"),
+                   (("trainer.default_local_dir", "{out}"), ("trainer.experiment_name", "{name}")), VERL_KEYS,
+                   fixed=(("trainer.logger", "[console]"),),
+                   notes=("trainer.resume_mode is auto: a run resumes what it finds in trainer.default_local_dir, so each "
+                          "run has its own",
+                          "trainer.logger=[console]: the doctor reads each run's console; list your other loggers beside it "
+                          "([console,wandb]) to keep them"))
