@@ -5,6 +5,7 @@ the training-inference mismatch among them; and the versions whose names or flag
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +83,22 @@ def test_each_trainer_is_recognised_by_its_names_and_read(tmp_path, dialect):
     assert table.settings.trainer == dialect and table.steps_read == N
     assert expected <= {name for name in table.series if table.get(name) is not None}
     assert not table.guesses  # a known trainer's names are read as it means them, not guessed
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
+# dialect -> a committed log its own trainer wrote (or, rlhflab, the tests' smoke run), beside the
+# generated ones of LOGS above: every dialect has one of the two.
+WRITTEN = {"trl-ppo": "trl_ppo", "trl-ppo-0.x": "trl_ppo_legacy_tensorboard", "trl-grpo": "trl_grpo",
+           "verl": "verl_console_late.log", "openrlhf": "openrlhf_wandb.csv", "nemo-rl": "nemo_rl_mlruns",
+           "trlx": "trlx_tensorboard", "deepspeed-chat": "dschat_step3.log", "canonical": "own_loop_nano_aha.jsonl"}
+
+
+def test_every_dialect_has_a_log_in_its_own_names_and_reads_it_as_its_own(smoke_run):
+    own = {**{d: FIXTURES / name for d, name in WRITTEN.items()}, "rlhflab": smoke_run.root}
+    assert set(own) | set(LOGS) == {d.name for d in DIALECTS}, "a dialect without a log in its own names"
+    assert not set(own) & set(LOGS)
+    for dialect, path in own.items():
+        assert read_log(path).settings.trainer == dialect, path
 
 
 def test_no_trainer_reads_an_old_vs_new_kl_or_a_sampler_mismatch_as_the_kl_to_the_reference():

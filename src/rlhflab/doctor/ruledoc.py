@@ -69,7 +69,36 @@ def impossible_table() -> str:
     return "\n".join(lines)
 
 
-SECTIONS = {"rule": rules_table, "clue": clues_table, "spelling": spellings_table, "impossible": impossible_table}
+def file_kinds_table() -> str:
+    """The log file kinds (`formats.FORMATS`), in the order they are tried."""
+    from rlhflab.doctor.formats import FORMATS
+
+    lines = ["| file kind | reads | trainers |", "|---|---|---|"]
+    for fmt in FORMATS:
+        trainers = ", ".join(f"`{d.name}`" for d in fmt.dialects) or "any"
+        lines.append(f"| `{fmt.name}` | {cell(fmt.reads or fmt.description)} | {trainers} |")
+    return "\n".join(lines)
+
+
+# The settings whose keys show how a trainer's fixes are written, in order of preference.
+FIX_EXAMPLES = ("kl_coef", "lr", "clip_eps", "group_size")
+
+
+def trainers_table() -> str:
+    """The trainers' vocabularies (`formats.DIALECTS`), the canonical names last."""
+    from rlhflab.doctor.formats import DIALECTS
+
+    lines = ["| trainer | its names | units and artefacts handled | fixes written as |", "|---|---|---|---|"]
+    for dialect in DIALECTS:
+        keys = [dialect.vocabulary[s] for s in FIX_EXAMPLES if s in dialect.vocabulary][:2]
+        fixes = ", ".join(f"`{k}`" for k in keys) + (", ..." if len(dialect.vocabulary) > len(keys) else "")
+        lines.append(f"| `{dialect.name}` | {cell(dialect.description)} | {cell(dialect.handles) or '-'} | "
+                     f"{fixes or '-'} |")
+    return "\n".join(lines)
+
+
+SECTIONS = {"rule": rules_table, "clue": clues_table, "spelling": spellings_table, "impossible": impossible_table,
+            "file kind": file_kinds_table, "trainer": trainers_table}
 
 
 def write_rules_doc(path: Path) -> None:

@@ -39,6 +39,7 @@ DIALECT = Dialect(
     name="areal",
     description="AReaL (ppo_actor/task_reward/avg, ppo_actor/update/entropy/avg, ppo_actor/update/behave_imp_weight/avg, "
                 "...)",
+    handles=("`/min`, `/max` not read; `behave_*` compare the trainer's proximal policy with the inference engine's"),
     columns=COLUMNS,
     markers=frozenset({"ppo_actor/task_reward/avg", "ppo_actor/update/entropy/avg", "ppo_actor/update/approx_kl/avg",
                        "ppo_actor/update/behave_imp_weight/avg", "ppo_actor/no_eos_ratios/avg",

@@ -40,6 +40,7 @@ VOCABULARY = {
 DIALECT = Dialect(
     name="deepspeed-chat",
     description="DeepSpeed-Chat step 3 PPO (act_loss, cri_loss, average reward score)",
+    handles=("no KL, entropy or length logged: \"cannot tell\""),
     columns=COLUMNS,
     markers=frozenset({"act_loss", "cri_loss", "average_reward_score"}),
     ignored=frozenset({"unsuper_loss", "epoch", "ppo_ep"}),
@@ -98,6 +99,8 @@ FORMAT = LogFormat(
     name="deepspeed-chat",
     description="DeepSpeed-Chat step 3 console: `epoch: E|step: S|ppo_ep: P|act_loss: ...` and "
                 "`average reward score: ...` lines",
+    reads=("DeepSpeed-Chat step 3's console: `epoch: E|step: S|ppo_ep: P|act_loss: ...` and `average reward score: ...`"
+           " lines"),
     recognise=_recognise,
     read=_read,
     dialects=(DIALECT,),

@@ -142,6 +142,8 @@ def _recognise(path: Path) -> bool:
 FORMAT = LogFormat(
     name="hf-console",
     description="a transformers/TRL trainer's captured console: printed {'loss': ...} dicts and progress bars",
+    reads=("a transformers/TRL trainer's captured console: the printed `{'loss': ...}` dicts; each takes its step from "
+           "the training progress bar drawn before it, else its position (the notes say which)"),
     recognise=_recognise,
     read=_read,
     dialects=trl.DIALECTS,

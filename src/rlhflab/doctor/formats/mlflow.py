@@ -72,6 +72,8 @@ FORMAT = LogFormat(
     name="mlflow",
     description="an MLflow local run directory (mlruns/<experiment>/<run>/metrics/<name>), or a directory holding "
                 "one run",
+    reads=("an MLflow local run (`mlruns/<experiment>/<run>/metrics/<name>`: `timestamp value step` lines), or a "
+           "directory holding one run"),
     recognise=_recognise,
     read=_read,
 )

@@ -41,6 +41,7 @@ VOCABULARY = {
 DIALECT = Dialect(
     name="nemo-rl",
     description="NeMo-RL GRPO (train/reward, train/kl_penalty, train/approx_entropy, validation/accuracy, ...)",
+    handles=("`kl_penalty` per-token k3 without the coefficient"),
     columns=COLUMNS,
     markers=frozenset({"kl_penalty", "approx_entropy", "token_mult_prob_error", "gen_kl_error",
                        "mean_gen_tokens_per_sample", "probs_ratio_clamped", "global_valid_toks", "accuracy"}),

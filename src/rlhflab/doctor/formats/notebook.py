@@ -200,6 +200,12 @@ FORMAT = LogFormat(
     name="notebook-table",
     description="the progress table a transformers trainer renders in a Jupyter/Colab notebook (.ipynb, its HTML "
                 "copied out, or the table in markdown), read to its last whole row when cut",
+    reads=("the progress table a transformers trainer renders in Jupyter or Colab (`NotebookProgressCallback`): a saved"
+           " `.ipynb` (its `text/html` outputs), the HTML copied out of one, or the table as a markdown pipe table; a "
+           "file that ends inside a table (cut mid-cell) is read to its last whole row (said); \"No Log\" cells are no "
+           "value; with a Validation Loss column the other columns are evaluations, kept apart; several tables (a run "
+           "trained again or resumed) are read in order, a step shown twice keeping its last values. The stock callback"
+           " shows the training loss only (said); Unsloth's shows TRL's names"),
     recognise=_recognise,
     read=_read,
     dialects=trl.DIALECTS,

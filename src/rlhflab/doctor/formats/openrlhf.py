@@ -56,6 +56,10 @@ def _interpret(table: MetricTable, names: frozenset[str]) -> None:
 DIALECT = Dialect(
     name="openrlhf",
     description="OpenRLHF PPO/REINFORCE++/GRPO (train/kl, train/reward, train/policy_loss, train/actor_lr, ...)",
+    handles=("`kl` per token (`--kl_estimator`, k1 by default); `vllm_kl` the k1 KL of vLLM's policy to the trainer's; "
+             "fixes as the dotted flags of v0.10.2 and later (commit ed62d0e2), a note gives the flat flags of older "
+             "releases (`--init_kl_coef`, `--actor_learning_rate`): the metric names did not change, so a log does not "
+             "tell which"),
     columns=COLUMNS,
     markers=frozenset({"policy_loss", "actor_lr", "return", "response_length", "total_length", "critic_loss",
                        "critic_lr", "ppo_clip_ratio", "global_step", "ptx_loss"}),

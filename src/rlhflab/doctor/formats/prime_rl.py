@@ -38,6 +38,8 @@ VOCABULARY = {"lr": "trainer.optim.lr", "group_size": "orchestrator.group_size",
 DIALECT = Dialect(
     name="prime-rl",
     description="prime-rl trainer and orchestrator (mismatch_kl/*, entropy/*, optim/*, reward/*, is_truncated/*)",
+    handles=("`mismatch_kl` the k3 KL of the inference policy to the trainer's (no reference KL, no PPO clip in its "
+             "default loss)"),
     columns=COLUMNS,
     # not optim/lr or optim/grad_norm: common spellings, not prime-rl's alone
     markers=frozenset({"mismatch_kl/all/mean", "mismatch_kl/mean", "entropy/all/mean", "kl_ent_ratio/mean",

@@ -92,6 +92,7 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
 DIALECT = Dialect(
     name="rlhflab",
     description="rlhflab's canonical names; fixes as config overrides (ppo.kl_coef=...)",
+    handles="the canonical units (docs/metrics.md); its settings from the run's config.toml",
     vocabulary={setting: key for key, setting in CONFIG_KEYS.items()},
     verify=True,
 )
@@ -99,6 +100,8 @@ DIALECT = Dialect(
 FORMAT = LogFormat(
     name="rlhflab",
     description="an rlhflab run directory (RUN/metrics/*.jsonl, RUN/config.toml)",
+    reads=("a run directory: `RUN/metrics/{ppo,reward,pretrain}.jsonl`, settings from `RUN/config.toml`, the RM's "
+           "training range, the checkup verdict"),
     recognise=_recognise,
     read=_read,
     dialects=(DIALECT,),

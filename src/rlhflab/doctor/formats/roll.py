@@ -43,6 +43,7 @@ VOCABULARY = {
 DIALECT = Dialect(
     name="roll",
     description="ROLL (critic/score/mean, critic/kl, actor/pg_loss, actor/approxkl, tokens/response_length/mean, ...)",
+    handles=("`actor/approxkl` (an mse estimator) not read, `actor/policykl` (k1) is the approx-KL"),
     columns=COLUMNS,
     markers=frozenset({"actor/approxkl", "actor/policykl", "actor/ppo_ratio_clipfrac", "tokens/response_length/mean",
                        "critic/kl_coef", "actor/train_infer_ratio_token_mean", "actor/valid_sample_ratio",

@@ -39,6 +39,7 @@ VOCABULARY = {
 DIALECT = Dialect(
     name="skyrl",
     description="SkyRL (policy/policy_loss, policy/policy_entropy, policy/policy_kl, reward/avg_raw_reward, ...)",
+    handles=("`policy_kl` the KL loss (k3)"),
     columns=COLUMNS,
     markers=frozenset({"policy/policy_loss", "policy/policy_entropy", "policy/policy_kl", "policy/policy_lr",
                        "reward/avg_raw_reward", "policy/final_loss", "policy/rollout_train_logprobs_abs_diff_mean"}),

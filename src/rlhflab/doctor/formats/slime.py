@@ -40,6 +40,7 @@ DIALECT = Dialect(
     name="slime",
     description="slime (train/pg_loss, train/entropy_loss, train/ppo_kl, train/train_rollout_logprob_abs_diff, "
                 "rollout/raw_reward, ...)",
+    handles=("`entropy_loss` is the entropy; `ppo_kl` old vs new"),
     columns=COLUMNS,
     markers=frozenset({"train/train_rollout_logprob_abs_diff", "train/pg_clipfrac", "train/ppo_kl",
                        "train/entropy_loss", "train/pg_loss", "rollout/truncated_ratio", "rollout/response_len/mean",

@@ -77,6 +77,7 @@ class Dialect:
 
     name: str  # the trainer as diagnoses name it ("trl-ppo", "verl", ...)
     description: str
+    handles: str = ""  # the units and artefacts of its names the reading handles (docs/doctor.md's trainer table)
     columns: Mapping[str, Column] = field(default_factory=dict)
     markers: frozenset[str] = frozenset()
     ignored: frozenset[str] = frozenset()  # bookkeeping names with no training signal (globs: `timing/*`)
@@ -91,7 +92,8 @@ class Dialect:
 
 
 # Logs in canonical names only (a CSV written for the doctor, rlhflab's own metrics files).
-CANONICAL = Dialect("canonical", "canonical names (docs/metrics.md), or any names with --map")
+CANONICAL = Dialect("canonical", "canonical names (docs/metrics.md), or any names with --map",
+                    "names it does not know read by the resolver (below), each guess said")
 
 
 # Reads the names of a log no dialect claims (`resolver.resolve`): names, each name's numbers,
@@ -110,3 +112,4 @@ class LogFormat:
     recognise: Callable[[Path], bool]  # by content, cheaply
     read: Callable[[Path, UserMapping], RawLog]
     dialects: tuple[Dialect, ...] = ()
+    reads: str = ""  # what it reads, in full (docs/doctor.md's file-kind table; the description when empty)

@@ -94,6 +94,8 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
 FORMAT = LogFormat(
     name="table",
     description="a CSV or JSONL file, one row per step: canonical names, a known trainer's names, or any with --map",
+    reads=("any `.csv` or `.jsonl`, one row per step; the step column is `step`, `Step`, `_step`, `global_step`, "
+           "`train/global_step`, `iteration`, `iter`, `update` or `updates`, else the row's index (said)"),
     recognise=_recognise,
     read=_read,
 )

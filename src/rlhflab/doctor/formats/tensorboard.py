@@ -108,6 +108,7 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
 FORMAT = LogFormat(
     name="tensorboard",
     description="TensorBoard event files (a file or a directory searched recursively), any trainer's tags",
+    reads=("event files, a file or a directory searched recursively (`rlhflab[tensorboard]`)"),
     recognise=_recognise,
     read=_read,
 )

@@ -24,6 +24,7 @@ VOCABULARY = {"lr": "trainer.optimizer.lr", "group_size": "group_size", "respons
 DIALECT = Dialect(
     name="torchforge",
     description="torchforge GRPO (reward/evaluate_response/avg_total_reward, rl_trainer/avg_loss, generator/generate/*)",
+    handles=("no KL, entropy or gradient norm logged (commented out in its trainer): \"cannot tell\" for those"),
     columns=COLUMNS,
     markers=frozenset({"reward/evaluate_response/avg_total_reward", "rl_trainer/avg_loss", "rl_trainer/learning_rate",
                        "generator/generate/avg_tokens_generated", "buffer/sample/avg_sampled_policy_age",

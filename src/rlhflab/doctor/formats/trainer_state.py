@@ -109,6 +109,10 @@ FORMAT = LogFormat(
     name="trainer_state",
     description="transformers/TRL trainer_state.json (its log_history), a saved log_history list, or an output "
                 "directory holding one",
+    reads=("transformers' `trainer_state.json` (its `log_history`), a saved `log_history` list, or an output directory "
+           "(its newest `checkpoint-N/` when the top has none); recognised from its first kilobytes, so a truncated "
+           "file is told where it breaks. `eval_*` rows are kept apart as `eval/...`; the end-of-training summary row "
+           "is not a step"),
     recognise=_recognise,
     read=_read,
     dialects=trl.DIALECTS,

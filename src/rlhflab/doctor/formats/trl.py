@@ -89,6 +89,9 @@ def _ppo_artefacts(table: MetricTable, names: frozenset[str]) -> None:
 TRL_PPO = Dialect(
     name="trl-ppo",
     description="TRL PPOTrainer 0.11-1.12 (objective/*, policy/*, loss/*, val/*)",
+    handles=("`objective/kl` per-sequence k1; `objective/entropy` goes negative (padding logprobs filled with 1.0 "
+             "before the sum): never read as entropy when negative; EOS count / batch size (episodes per step) = EOS "
+             "rate (0.11-1.12)"),
     columns=PPO_COLUMNS,
     markers=frozenset({"objective/kl", "objective/entropy", "objective/rlhf_reward", "objective/scores",
                        "objective/non_score_reward",
@@ -134,6 +137,7 @@ PPO_LEGACY_VOCABULARY = {
 TRL_PPO_LEGACY = Dialect(
     name="trl-ppo-0.x",
     description="TRL PPOTrainer before 0.11 (ppo/*, objective/kl, env/reward_mean), via accelerate's trackers",
+    handles=("`ppo/policy/entropy` per token; `objective/entropy` per sequence"),
     columns=PPO_LEGACY_COLUMNS,
     markers=frozenset({"objective/kl", "objective/entropy", "ppo/loss/policy", "ppo/loss/value",
                        "ppo/policy/approxkl", "ppo/mean_scores",
@@ -215,6 +219,9 @@ def _grpo_interpret(table: MetricTable, names: frozenset[str]) -> None:
 TRL_GRPO = Dialect(
     name="trl-grpo",
     description="TRL GRPOTrainer and RLOOTrainer (reward, reward_std, kl, entropy, completions/*, clip_ratio/*)",
+    handles=("`kl` per-token k3; no `kl` logged means beta = 0 (no KL penalty: the exploding-KL family does not apply, "
+             "said); `clip_ratio/*` exactly 0 on-policy (not read); each reward function kept as "
+             "`reward/function/<name>` (GRPO, RLOO)"),
     columns=GRPO_COLUMNS,
     markers=frozenset({"reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio",
                        "clip_ratio/region_mean", "completions/mean_terminated_length", "num_tokens",

@@ -47,6 +47,7 @@ def _interpret(table: MetricTable, names: frozenset[str]) -> None:
 DIALECT = Dialect(
     name="trlx",
     description="trlX PPO (policy/sqrt_kl, kl_ctl_value, rollout_scores/*, losses/*), via accelerate's trackers",
+    handles=("KL per sequence is `policy/sqrt_kl` squared"),
     columns=COLUMNS,
     markers=frozenset({"policy/sqrt_kl", "kl_ctl_value", "rollout_scores/mean", "exp_scores/mean",
                        "losses/total_loss", "losses/policy_loss", "policy/approx_kl", "padding_percentage"}),

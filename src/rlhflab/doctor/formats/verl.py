@@ -105,6 +105,8 @@ def _interpret(table: MetricTable, names: frozenset[str]) -> None:
 DIALECT = Dialect(
     name="verl",
     description="veRL PPO/GRPO (critic/*, actor/*, response_length/*, val/test_score/*)",
+    handles=("KL per token (k1 in the reward, k3 as a loss); `lr(1e-4)` scaled; the first validation score is the truth"
+             " (`reward/gold_mean`)"),
     columns=COLUMNS,
     markers=frozenset({"critic/kl", "critic/kl_coeff", "actor/entropy_loss", "actor/pg_loss", "actor/pg_clipfrac",
                        "actor/ppo_kl", "critic/score/mean", "critic/rewards/mean", "response_length/mean",
@@ -244,6 +246,8 @@ def _recognise_console(path: Path) -> bool:
 CONSOLE = LogFormat(
     name="verl-console",
     description="veRL's console output: `step:N - key:value - ...` lines (ANSI codes and Ray tags allowed)",
+    reads=("veRL's console: `step:N - key:value - ...` lines anywhere in a capture (ANSI codes, NUL bytes, Ray `(... "
+           "pid=N)` tags), and the config it prints at start (beta, clip, lr, lengths, group size)"),
     recognise=_recognise_console,
     read=_read_console,
     dialects=(DIALECT,),
@@ -284,6 +288,7 @@ def _read_jsonl(path: Path, mapping: UserMapping) -> RawLog:
 JSONL = LogFormat(
     name="verl-jsonl",
     description="veRL's file logger (trainer.logger=['file']): {\"step\": N, \"data\": {...}} per line",
+    reads=("veRL's file logger: `{\"step\": N, \"data\": {...}}` per line"),
     recognise=_recognise_jsonl,
     read=_read_jsonl,
     dialects=(DIALECT,),

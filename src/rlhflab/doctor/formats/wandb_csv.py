@@ -78,6 +78,8 @@ def _read(path: Path, mapping: UserMapping) -> RawLog:
 FORMAT = LogFormat(
     name="wandb-csv",
     description="a CSV exported from a W&B panel (a Step column, '<run> - <metric>' columns, __MIN/__MAX)",
+    reads=("a W&B panel export: a step column, `<run> - <metric>` columns, their `__MIN`/`__MAX` (not read); the first "
+           "run of several"),
     recognise=_recognise,
     read=_read,
 )

@@ -203,6 +203,11 @@ FORMAT = LogFormat(
     name="wandb-run",
     description="a W&B run directory, offline or synced (wandb/offline-run-*, wandb/run-*, or wandb/ itself), read "
                 "from its run-<id>.wandb transaction log without network",
+    reads=("a W&B run directory, offline (`wandb/offline-run-*`) or synced (`wandb/run-*`), its `run-<id>.wandb` file, "
+           "or `wandb/` itself (the run `latest-run` points to): the history read from the transaction log (LevelDB log"
+           " blocks, protobuf `Record`s decoded from their wire format) without network or the wandb package; a log cut"
+           " mid-record is read up to its last whole record (said); `train/global_step` is the step when logged "
+           "(transformers' WandbCallback)"),
     recognise=_recognise,
     read=_read,
 )
