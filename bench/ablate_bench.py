@@ -32,8 +32,8 @@ from rlhflab.config import config_from_run
 from rlhflab.doctor.arms import Arm, rank_arms
 from rlhflab.doctor.diagnose import read_and_diagnose
 from rlhflab.doctor.report import headline_component
-from rlhflab.faults.bench import first_stage
 from rlhflab.faults.zoo import FAULTS, components_for, with_fault
+from rlhflab.faults_bench import first_stage
 from rlhflab.runs import RunDir
 from rlhflab.verify import rerun
 

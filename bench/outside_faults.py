@@ -540,7 +540,7 @@ def run_bug(name: str, base: Path, out: Path, rescore: bool = False, rows: Path 
     from rlhflab.checkup import run_checkup
     from rlhflab.doctor.diagnose import CHECKUP_RULE, diagnose, read_and_diagnose
     from rlhflab.doctor.settings import RunSettings
-    from rlhflab.faults.bench import failed_probes
+    from rlhflab.faults_bench import failed_probes
     from rlhflab.runs import RunDir
     from rlhflab.verify import rerun
 

@@ -73,10 +73,10 @@ def study_verdict(truth) -> str:
 
 def judge_pair(base: Path, before: Path, after: Path, study_dir: Path) -> dict:
     """Each judge's verdict on one pair: labelers at each noise, and the reward model."""
+    from rlhflab.judges.pairs import FunctionPairJudge, RewardModelPairJudge, judge_pairs
     from rlhflab.seeding import derive_seed
     from rlhflab.studies.bots import WORLD_NOISE, WorldComparer, world_utility
     from rlhflab.studies.build import Source
-    from rlhflab.studies.pair_judges import FunctionPairJudge, RewardModelPairJudge, judge_pairs
     from rlhflab.studies.pair_results import preference_change
     from rlhflab.studies.pairs import build_pair_study
 

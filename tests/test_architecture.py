@@ -20,14 +20,14 @@ LAYERS = (
     {"studies"},  # rating studies: read samples with the doctor's readers, never train
     {"config"},
     {"models", "engines"},
-    {"studies.judges"},  # judges load models: they sit above them, beside nothing that trains
+    {"judges"},  # judges load models: they sit above them, beside nothing that trains
     {"sources"},
     {"sample", "ppo", "stages"},  # sample: a model's responses to prompts (a run's from sources), trains nothing
-    {"faults", "faults.zoo", "checkup"},
+    {"faults", "checkup"},
     {"pipeline"},
     {"verify"},
     {"ablate"},  # the candidate fixes over seeds: reruns stages as verify does
-    {"faults.bench"},
+    {"faults_bench"},  # the zoo's benchmark: trains, checks and diagnoses, so above verify and ablate
     {"integrations", "cli"},
 )
 LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
@@ -46,16 +46,9 @@ def _module_name(path: Path) -> str:
 
 
 def _unit(module: str) -> str:
-    """`rlhflab.ppo.trainer` -> `ppo`; the fault zoo and its bench are separate units, as are the studies' judges
-    (of ratings and of pairs)."""
+    """`rlhflab.ppo.trainer` -> `ppo`: a unit is a top-level module or folder, so a folder is one floor."""
     parts = module.split(".")[1:]
-    if not parts:
-        return "rlhflab"
-    if parts[0] == "faults" and len(parts) > 1:
-        return f"faults.{parts[1]}"
-    if parts[:2] in (["studies", "judges"], ["studies", "pair_judges"]):  # judges load models
-        return "studies.judges"
-    return parts[0]
+    return parts[0] if parts else "rlhflab"
 
 
 def import_graph() -> dict[str, set[str]]:

@@ -116,7 +116,7 @@ def test_cli_faults_list_and_show():
 
 
 def test_faults_bench_scores_the_doctor_and_writes_its_table(tmp_path):
-    from rlhflab.faults.bench import run_bench
+    from rlhflab.faults_bench import run_bench
 
     doc = tmp_path / "faults.md"
     healthy, rows = run_bench("smoke", [0], tmp_path / "runs", ["gae_reversed", "narrow_prompts"], doc,

@@ -14,8 +14,8 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 from typer.testing import CliRunner
 
 from rlhflab.cli import app as cli
+from rlhflab.judges.ratings import LanguageModelJudge, RewardModelJudge, judge_study
 from rlhflab.studies.design import StudyDesign, StudyError
-from rlhflab.studies.judges import LanguageModelJudge, RewardModelJudge, judge_study
 from rlhflab.studies.results import study_results
 from rlhflab.studies.stats import spearman
 from rlhflab.studies.store import Study
@@ -120,7 +120,7 @@ def test_the_classifier_judge_scores_the_labels_probability_by_hand(tiny_lm: Pat
     probability of the named label on the (prompt, response) pair, as computed by hand."""
     from transformers import AutoTokenizer, GPT2ForSequenceClassification
 
-    from rlhflab.studies.judges import ClassifierJudge
+    from rlhflab.judges.ratings import ClassifierJudge
 
     torch.manual_seed(1)
     config = GPT2Config(vocab_size=len(WORDS), n_positions=64, n_embd=16, n_layer=1, n_head=2, num_labels=2,

@@ -356,7 +356,7 @@ def test_before_preferred_is_worse_whatever_the_findings_say(tmp_path, capsys):
 
 # --- judges that compare ------------------------------------------------------------------------
 def test_a_judge_that_reads_the_order_is_asked_both_and_its_position_bias_is_measured(tmp_path):
-    from rlhflab.studies.pair_judges import FunctionPairJudge, judge_pairs
+    from rlhflab.judges.pairs import FunctionPairJudge, judge_pairs
 
     study = build(tmp_path, prompts=12, ratings_per_item=1)
     first_always = FunctionPairJudge("first-always", lambda prompt, left, right: "left", reads_order=True)
@@ -377,8 +377,8 @@ def test_a_judge_that_reads_the_order_is_asked_both_and_its_position_bias_is_mea
 
 
 def test_a_reward_model_judge_prefers_the_higher_score_and_answers_every_pair(smoke_run, tmp_path):
-    from rlhflab.studies.judges import RewardModelJudge
-    from rlhflab.studies.pair_judges import RewardModelPairJudge, judge_pairs
+    from rlhflab.judges.pairs import RewardModelPairJudge, judge_pairs
+    from rlhflab.judges.ratings import RewardModelJudge
 
     run = smoke_run.root
     study = build(tmp_path, prompts=8, ratings_per_item=1)
@@ -398,7 +398,7 @@ def test_a_language_model_judge_reads_the_next_token_probabilities_of_its_labels
     from tokenizers.pre_tokenizers import WhitespaceSplit
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    from rlhflab.studies.pair_judges import LanguageModelPairJudge, judge_pairs
+    from rlhflab.judges.pairs import LanguageModelPairJudge, judge_pairs
 
     words = ["<unk>", "<pad>", "<bos>", "<eos>", "A", "B", "prompt", "says", "a", "b", "which", "is", "better:"]
     words += [str(k) for k in range(10)]

@@ -359,10 +359,10 @@ def preference_truths(source: RunDir, root: Path, plan: Plan, judge: str, templa
     them all (RUN/ablate/studies/pairs), answered by the judge; an arm's truth is its win rate
     over the control (studies/pair_results.py `preference_change`). An arm stopped before its
     policy was saved has none."""
+    from rlhflab.judges.pairs import judge_pairs, make_pair_judge
     from rlhflab.sample import SampleError, load_model, run_sampling, sample_to_file
     from rlhflab.studies.build import Source
     from rlhflab.studies.design import StudyError
-    from rlhflab.studies.pair_judges import judge_pairs, make_pair_judge
     from rlhflab.studies.pair_results import preference_change
     from rlhflab.studies.pairs import build_pair_study
 

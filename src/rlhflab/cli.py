@@ -799,7 +799,7 @@ def faults_list() -> None:
     for column in ("name", "component", "expected symptom", "models"):
         table.add_column(column)
     for f in FAULTS:
-        table.add_row(f.name, f.component, f.symptom, f.models)
+        table.add_row(f.name, f.component, f.symptom, f.reproduces)
     console.print(table)
 
 
@@ -817,7 +817,7 @@ def faults_show(name: str = typer.Argument(..., help="Fault name")) -> None:
         console.print(f"[red]error:[/red] {escape(err.args[0])}")
         raise typer.Exit(2) from None
     console.print(f"[bold]{fault.name}[/bold]  component: {fault.component}\n"
-                  f"models: {fault.models}\nexpected symptom: {fault.symptom}\nreplaces: {fault.replaces}")
+                  f"models: {fault.reproduces}\nexpected symptom: {fault.symptom}\nreplaces: {fault.replaces}")
     config = fault.config(load_config("demo"))
     if config:
         console.print("config: " + " ".join(f"{k}={v}" for k, v in config.items()) + " (on the demo preset)")
@@ -837,7 +837,7 @@ def faults_bench(
 ) -> None:
     """Run the healthy pipeline and every fault, then the checkup and the doctor; score them."""
     _training_stack()
-    from rlhflab.faults.bench import run_bench
+    from rlhflab.faults_bench import run_bench
 
     command = "rlhflab faults bench --preset " + preset + "".join(f" --seed {s}" for s in seeds) + "".join(
         f" --fault {f}" for f in only or []) + (" --rescore" if rescore else "")
@@ -1237,9 +1237,9 @@ def _print_links(links) -> None:
 
 
 def _judge_pairs(study, spec: str, template: Optional[Path], tokenizer: Optional[Path] = None):
-    """`--judge KIND:PATH`: every pair answered by the judge (studies/pair_judges.py), its position bias said."""
+    """`--judge KIND:PATH`: every pair answered by the judge (judges/pairs.py), its position bias said."""
+    from rlhflab.judges.pairs import judge_pairs, make_pair_judge
     from rlhflab.studies.design import StudyError
-    from rlhflab.studies.pair_judges import judge_pairs, make_pair_judge
 
     try:
         if not spec.startswith("world:"):
@@ -1374,8 +1374,8 @@ def _run_judges(study, judges: list[str], template: Optional[Path], label: Optio
     from rlhflab.studies.design import StudyError
 
     _training_stack()
+    from rlhflab.judges.ratings import ClassifierJudge, LanguageModelJudge, RewardModelJudge, judge_study
     from rlhflab.progress import progress_bar
-    from rlhflab.studies.judges import ClassifierJudge, LanguageModelJudge, RewardModelJudge, judge_study
 
     for spec in judges:
         kind, _, directory = spec.partition(":")

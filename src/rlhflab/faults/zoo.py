@@ -30,7 +30,7 @@ class Fault:
     name: str
     component: Component
     symptom: str  # what the doctor should see
-    models: str  # the real-world bug it reproduces
+    reproduces: str  # the real-world bug it reproduces
     replaces: str  # the component field or config keys it replaces
     config: Callable[[PipelineConfig], dict[str, Any]] = lambda config: {}
     code: dict[str, Callable] = field(default_factory=dict)

@@ -1,7 +1,7 @@
 """Judges that compare: each answers every pair of a comparison study as a rater of its own
 (kind "judge"), never pooled with people; its agreement with them is measured instead.
 
-- `RewardModelPairJudge`: a reward model directory scores both responses (studies/judges.py's
+- `RewardModelPairJudge`: a reward model directory scores both responses (judges/ratings.py's
   `RewardModelJudge`); the higher wins, equal scores tie. A reward model reads each response
   alone, so the side cannot sway it.
 - `LanguageModelPairJudge`: a local causal LM asked with a pairwise template ({prompt},
@@ -51,7 +51,7 @@ class RewardModelPairJudge:
     reads_order = False
 
     def __init__(self, directory: Path, policy_tokenizer: Path | None = None) -> None:
-        from rlhflab.studies.judges import RewardModelJudge
+        from rlhflab.judges.ratings import RewardModelJudge
 
         self.scorer = RewardModelJudge(directory, policy_tokenizer)
         self.name = f"pair-{self.scorer.name}"

@@ -147,7 +147,7 @@ def render(faulty: list[BenchRow], healthy: list[BenchRow], command: str) -> str
         "",
         "| fault | component | replaces | models | expected symptom |",
         "|---|---|---|---|---|",
-        *[f"| `{f.name}` | {f.component} | {f.replaces} | {f.models} | {f.symptom} |" for f in FAULTS],
+        *[f"| `{f.name}` | {f.component} | {f.replaces} | {f.reproduces} | {f.symptom} |" for f in FAULTS],
         "",
         "## Scored",
         "",
