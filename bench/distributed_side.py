@@ -57,7 +57,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     cluster = Cluster.from_environment()
     config = with_strategy(load_config("demo", overrides=[f"ppo.batch_size={args.batch_size}", *args.overrides]),
-                           cluster.world)
+                           cluster.world_size)
     prompts = json.loads(Path(args.prompts).read_text())[: args.batch_size]
     state = build_ppo_state(config, args.model, args.reward, load_tokenizer(args.model), PPOComponents(),
                             cluster.device, cluster)
@@ -85,7 +85,7 @@ def main() -> None:
     if cluster.is_main:
         timed = seconds[1:]
         print(json.dumps({
-            "strategy": config.distributed.strategy, "world": cluster.world, "parameters": parameters,
+            "strategy": config.distributed.strategy, "world": cluster.world_size, "parameters": parameters,
             "shard_frozen": config.distributed.shard_frozen, "batch_size": args.batch_size,
             "seconds_per_iteration": sum(timed) / len(timed), "warmup_s": seconds[0],
             "tokens_generated": sum(tokens[1:]) / len(timed), "threads": torch.get_num_threads(),

@@ -7,8 +7,8 @@ in a temporary git worktree), and the diagnoses compared field by field.
 Read: the faults bench's runs (runs/faults-bench: the zoo's table), the outside-bugs
 bench's (runs/outside-faults), the shared real logs (../shared/real_logs: the real-log and
 peer tables) and the committed log fixtures (tests/fixtures/logs). With `--smoke`, the
-smoke pipeline is also trained by both and its `metrics/ppo.jsonl` compared (every metric
-but the wall-clock `time/*`). Exits 1 when anything differs, listing what.
+smoke pipeline is also trained by both and its `metrics/ppo.jsonl` (every metric but the
+wall-clock `time/*`) and `metrics/eval.json` compared. Exits 1 when anything differs, listing what.
 """
 
 from __future__ import annotations
@@ -59,12 +59,14 @@ def diagnoses(src: Path, paths: list[str]) -> dict:
     return json.loads(result.stdout)
 
 
-def smoke_metrics(src: Path, out: Path) -> list[dict]:
+def smoke_metrics(src: Path, out: Path) -> dict:
+    """The smoke pipeline's PPO metrics (but wall-clock `time/*`) and held-out evaluation."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     subprocess.run([sys.executable, "-m", "rlhflab.cli", "pipeline", "--preset", "smoke", "--out", str(out)], env=env,
                    cwd=ROOT, check=True, capture_output=True)
     rows = [json.loads(line) for line in (out / "metrics" / "ppo.jsonl").read_text().splitlines() if line.strip()]
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
+    return {"metrics/ppo.jsonl": [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows],
+            "metrics/eval.json": json.loads((out / "metrics" / "eval.json").read_text())}
 
 
 def differences(before, after, where: str = "") -> list[str]:
@@ -92,7 +94,7 @@ def main() -> None:
             found = differences(diagnoses(earlier / "src", paths), diagnoses(ROOT / "src", paths))
             if args.smoke:
                 found += differences(smoke_metrics(earlier / "src", Path(tmp) / "smoke-before"),
-                                     smoke_metrics(ROOT / "src", Path(tmp) / "smoke-after"), "smoke metrics/ppo.jsonl")
+                                     smoke_metrics(ROOT / "src", Path(tmp) / "smoke-after"), "smoke")
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(earlier)], cwd=ROOT, check=True)
     print(f"{len(paths)} logs and runs diagnosed by {args.against} and by this checkout"

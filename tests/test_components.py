@@ -3,6 +3,8 @@ model's training are components: the defaults do what the stages did inline, and
 whatever replaces them."""
 
 import dataclasses
+import inspect
+import typing
 
 import torch
 
@@ -133,3 +135,27 @@ def test_the_reward_stage_reads_its_rows_pairs_loss_and_rate_from_the_components
                                                  "reward_lr")} == {"reward"}
     assert first_stage_to_rerun({"components.preference_loss": "x:y"}) == "reward"
     assert first_stage_to_rerun({"components.gae": "x:y"}) == STAGE_NAMES[-1]
+
+
+def _parameters(function) -> list[str]:
+    target = function if inspect.isfunction(function) or inspect.ismethod(function) else function
+    return [p.name for p in inspect.signature(target).parameters.values() if p.name != "self"]
+
+
+def test_every_component_has_a_protocol_its_default_and_every_fault_follow():
+    """Each `PPOComponents` field is typed by a Protocol of ppo/seams.py whose parameters
+    the default and every fault's replacement take, by name and in order."""
+    from dataclasses import fields
+
+    from rlhflab.faults.zoo import FAULTS
+    from rlhflab.ppo import seams
+
+    defaults = PPOComponents()
+    for f in fields(PPOComponents):
+        protocol = getattr(seams, str(f.type).removeprefix("seams."), None)
+        assert protocol is not None and issubclass(protocol, typing.Protocol), f"{f.name}: {f.type} is no seam"
+        expected = _parameters(protocol.__call__)
+        assert _parameters(getattr(defaults, f.name)) == expected, f.name
+        for fault in FAULTS:
+            if f.name in fault.code:
+                assert _parameters(fault.code[f.name]) == expected, (fault.name, f.name)

@@ -25,7 +25,7 @@ def test_untested_accelerators_fall_back_to_the_cpu(monkeypatch, reported, place
 def test_a_single_process_needs_no_process_group(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     cluster = distributed.Cluster.from_environment()
-    assert (cluster.rank, cluster.world, cluster.is_main) == (0, 1, True)
+    assert (cluster.rank, cluster.world_size, cluster.is_main) == (0, 1, True)
     assert not torch.distributed.is_initialized()
 
 

@@ -43,9 +43,7 @@ def one_iteration(run, components: PPOComponents) -> dict:
             p.add_(0.02 * torch.randn(p.shape, generator=noise))
     world = ReviewsWorld(config.world)
     prompts = components.prompts(world, config.ppo.batch_size, 11)
-    rollout = make_rollout(state.policy, state.reference, state.reward, state.tokenizer, prompts,
-                           config.ppo.response_length, config.ppo.temperature, torch_generator(0, "fault-test"),
-                           components)
+    rollout, _ = make_rollout(state, prompts, torch_generator(0, "fault-test"))
     adv = compute_advantages(state, rollout)
     values = {name: getattr(rollout, name) for name in ORDER if hasattr(rollout, name)}
     values |= {"rewards": adv.rewards, "advantages": adv.advantages, "returns": adv.returns}

@@ -66,7 +66,7 @@ def save_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.op
     if cluster.is_main:
         state = {"next_step": resume.next_step, "metrics_lines": resume.metrics_lines,
                  "samples_lines": resume.samples_lines, "before": resume.before,
-                 "kl_controller": controller.state_dict(), "world_size": cluster.world}
+                 "kl_controller": controller.state_dict(), "world_size": cluster.world_size}
         (partial / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
         swap_in(partial, directory)
     cluster.barrier()

@@ -295,7 +295,7 @@ def _placed(config):
     from rlhflab.distributed import Cluster
 
     cluster = Cluster.from_environment()
-    return with_strategy(config, cluster.world), cluster
+    return with_strategy(config, cluster.world_size), cluster
 
 
 def print_diagnosis(diagnosis) -> None:

@@ -44,7 +44,7 @@ def default_device() -> torch.device:
 @dataclass(frozen=True)
 class Cluster:
     rank: int
-    world: int
+    world_size: int
 
     @staticmethod
     def single() -> "Cluster":
@@ -54,8 +54,8 @@ class Cluster:
     def from_environment() -> "Cluster":
         """Join the process group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR, ...);
         a single process when those are not set."""
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world == 1:
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        if world_size == 1:
             return Cluster.single()
         default_device()  # on GPUs accelerate sets this process's device and joins the NCCL group
         if not dist.is_initialized():  # on CPUs accelerate leaves a torchrun process alone
@@ -76,34 +76,34 @@ class Cluster:
 
     def shard(self, rows: Tensor) -> Tensor:
         """This process's contiguous share of `rows` (an index tensor); sizes differ by at most one."""
-        return rows.tensor_split(self.world)[self.rank]
+        return rows.tensor_split(self.world_size)[self.rank]
 
     def gather_rows(self, local: Tensor, total: int) -> Tensor:
         """Every process's share of a `total`-row batch (each cut by `shard`), concatenated
         in row order, on every process. Shares must agree in every dimension but the first."""
-        if self.world == 1:
+        if self.world_size == 1:
             return local
-        sizes = [len(share) for share in torch.arange(total).tensor_split(self.world)]
+        sizes = [len(share) for share in torch.arange(total).tensor_split(self.world_size)]
         is_bool = local.dtype == torch.bool  # gloo cannot gather bool tensors
         padded = local.to(torch.uint8) if is_bool else local
         if len(padded) < sizes[0]:
             padded = torch.cat([padded, padded.new_zeros((sizes[0] - len(padded), *padded.shape[1:]))])
-        parts = [torch.empty_like(padded) for _ in range(self.world)]
+        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
         dist.all_gather(parts, padded.contiguous())
         rows = torch.cat([part[:size] for part, size in zip(parts, sizes)])
         return rows.bool() if is_bool else rows
 
     def gather_lists(self, local: list) -> list:
         """Every process's list (picklable items), concatenated in rank order."""
-        if self.world == 1:
+        if self.world_size == 1:
             return local
-        parts: list[list] = [[] for _ in range(self.world)]
+        parts: list[list] = [[] for _ in range(self.world_size)]
         dist.all_gather_object(parts, local)
         return [item for part in parts for item in part]
 
     def sum(self, values: dict[str, float]) -> dict[str, float]:
         """Each value summed over processes."""
-        if self.world == 1:
+        if self.world_size == 1:
             return values
         keys = sorted(values)
         packed = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=self.device)
@@ -112,12 +112,12 @@ class Cluster:
 
     def max(self, value: float) -> float:
         """The largest of every process's `value`."""
-        if self.world == 1:
+        if self.world_size == 1:
             return value
         packed = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(packed, op=dist.ReduceOp.MAX)
         return float(packed)
 
     def barrier(self) -> None:
-        if self.world > 1:
+        if self.world_size > 1:
             dist.barrier()

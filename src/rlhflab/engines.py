@@ -74,7 +74,7 @@ class FSDP2Engine(SingleEngine):
         super().__init__(config, cluster)
         from torch.distributed.device_mesh import init_device_mesh
 
-        self.mesh = init_device_mesh(cluster.device.type, (cluster.world,))
+        self.mesh = init_device_mesh(cluster.device.type, (cluster.world_size,))
 
     def _shard_blocks(self, module: nn.Module) -> None:
         from torch.distributed.fsdp import fully_shard
@@ -144,4 +144,4 @@ ENGINES: dict[str, type[SingleEngine]] = {engine.name: engine for engine in (Sin
 
 def make_engine(config: DistributedConfig, cluster: Cluster) -> SingleEngine:
     """The engine of `config.strategy` for this cluster; one process runs every strategy as single."""
-    return ENGINES[resolve_strategy(config.strategy, cluster.world)](config, cluster)
+    return ENGINES[resolve_strategy(config.strategy, cluster.world_size)](config, cluster)

@@ -98,7 +98,7 @@ def run_pipeline(
     Under torchrun every stage runs on every process through the engine of
     `distributed.strategy` (engines.py); the doctor runs on the first."""
     run = RunDir(Path(out))
-    config = record_components(with_strategy(config, cluster.world), components)
+    config = record_components(with_strategy(config, cluster.world_size), components)
     if cluster.is_main:
         run.create()
         save_config(config, run.config)

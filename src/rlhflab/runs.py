@@ -150,10 +150,10 @@ class NullLogger:
 
 
 def stage_logger(run: RunDir, stage: str, tensorboard: bool = True, append: bool = False,
-                 writer: bool = True) -> MetricsLogger:
+                 is_main: bool = True) -> MetricsLogger:
     """JSONL (always) plus TensorBoard (when importable) for one stage; `append` continues
-    the stage's JSONL file (a resumed run); `writer=False` logs nothing."""
-    if not writer:
+    the stage's JSONL file (a resumed run); `is_main=False` (not the first process) logs nothing."""
+    if not is_main:
         return NullLogger()
     loggers: list[MetricsLogger] = [JsonlLogger(run.metrics(stage), append)]
     if tensorboard:

@@ -58,9 +58,8 @@ class ProbeContext:
     def rollout(self) -> Rollout:
         """One rollout of the policy in this state (the same one for every probe)."""
         return self.shared("rollout", lambda: make_rollout(
-            self.state.policy, self.state.reference, self.state.reward, self.state.tokenizer, self.prompts,
-            self.config.ppo.response_length, self.config.ppo.temperature,
-            torch_generator(self.config.seed, "checkup", "sampling", *self.where.seed_names), self.state.components))
+            self.state, self.prompts, torch_generator(self.config.seed, "checkup", "sampling",
+                                                      *self.where.seed_names))[0])
 
     def response_mask(self) -> torch.Tensor:
         """(B, T) the rollout's responses through their first EOS, from the sampled ids: a

@@ -146,7 +146,7 @@ def sample_share(sample, lm: torch.nn.Module, tokenizer, prompts: list[str], res
     ids, mask = encode_prompts(tokenizer, prompts)
     device = device_of(lm)
     ids, mask = ids[rows].to(device), mask[rows].to(device)
-    if cluster.world > 1 and not isinstance(generator, RowStreams):  # one generator's draws would depend on the shares
+    if cluster.world_size > 1 and not isinstance(generator, RowStreams):  # one generator's draws would depend on the shares
         raise ValueError("sampling a batch over several processes needs one random stream per row (RowStreams)")
     generator = rows_of(generator, rows.tolist())
     samples = sample(lm, ids, mask, response_length, temperature, tokenizer.eos_token_id, tokenizer.pad_token_id,

@@ -23,7 +23,7 @@ from rlhflab.models.lora import AdaptersOff, is_adapted
 from rlhflab.models.optim import warmup_linear_decay
 from rlhflab.models.reward_model import score_sequences
 from rlhflab.models.sampling import sample_responses
-from rlhflab.ppo import advantages, losses
+from rlhflab.ppo import advantages, losses, seams
 from rlhflab.ppo.kl import AdaptiveKLController, FixedKLController, KLController
 
 
@@ -103,36 +103,35 @@ class PPOComponents:
     """One field per component; see docs/implementation_details.md for each default."""
 
     # Advantage and loss math.
-    shape_rewards: Callable = advantages.shape_rewards
-    gae: Callable = advantages.gae
-    whiten: Callable = advantages.whiten
-    policy_loss: Callable = losses.policy_loss
-    value_loss: Callable = losses.value_loss
+    shape_rewards: seams.ShapeRewards = advantages.shape_rewards
+    gae: seams.Gae = advantages.gae
+    whiten: seams.Whiten = advantages.whiten
+    policy_loss: seams.PolicyLoss = losses.policy_loss
+    value_loss: seams.ValueLoss = losses.value_loss
     # KL control.
-    make_kl_controller: Callable[[PPOConfig], KLController] = kl_controller_from_config
-    make_reference: Callable[[Path, torch.nn.Module], torch.nn.Module] = load_reference
-    kl_signal: Callable[[dict[str, float]], float] = kl_to_reference
+    make_kl_controller: seams.MakeKLController = kl_controller_from_config
+    make_reference: seams.MakeReference = load_reference
+    kl_signal: seams.KLSignal = kl_to_reference
     # Logprob bookkeeping and sampling.
-    sample: Callable = sample_responses
-    response_logits: Callable = response_logits
-    response_mask: Callable[[Tensor], Tensor] = keep_mask
-    rollout_mode: Callable = eval_mode
+    sample: seams.Sample = sample_responses
+    response_logits: seams.ResponseLogits = response_logits
+    response_mask: seams.ResponseMask = keep_mask
+    rollout_mode: seams.RolloutMode = eval_mode
     # The update's mechanics: its schedule of minibatches, each optimiser step, the entropy it reports.
-    minibatch_schedule: Callable[[int, int, int, torch.Generator], list[Tensor]] = shuffled_minibatches
-    gradient_step: Callable[[torch.optim.Optimizer, object, Tensor, float], Tensor] = gradient_step
-    entropy: Callable[[Tensor, Tensor], Tensor] = losses.mean_entropy
+    minibatch_schedule: seams.MinibatchSchedule = shuffled_minibatches
+    gradient_step: seams.GradientStep = gradient_step
+    entropy: seams.Entropy = losses.mean_entropy
     # The reward model's training (stage 2): the rows it reads, each comparison's chosen and
     # rejected scores, the loss, and the learning rate of each step.
-    comparison_rows: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]] = _stage(
-        "reward", join_prompt_response)
-    preference_pairs: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]] = _stage("reward", pair_scores)
-    preference_loss: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] = _stage("reward", bt_loss)
-    reward_lr: Callable[[float, int, int, int], float] = _stage("reward", warmup_linear_decay)
+    comparison_rows: seams.ComparisonRows = _stage("reward", join_prompt_response)
+    preference_pairs: seams.PreferencePairs = _stage("reward", pair_scores)
+    preference_loss: seams.PreferenceLoss = _stage("reward", bt_loss)
+    reward_lr: seams.RewardLR = _stage("reward", warmup_linear_decay)
     # Reward.
-    score: Callable = score_sequences
-    reward_transform: Callable[[Tensor, float, float, bool], Tensor] = standardise
+    score: seams.Score = score_sequences
+    reward_transform: seams.RewardTransform = standardise
     # Data.
-    prompts: Callable = world_prompts
+    prompts: seams.Prompts = world_prompts
 
 
 COMPONENT_NAMES = tuple(f.name for f in fields(PPOComponents))

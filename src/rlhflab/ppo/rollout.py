@@ -11,23 +11,23 @@ are kept for the checkup, which compares the two.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, fields
 from functools import partial
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import Tensor
 
 from rlhflab.data.batching import decode_responses, join_prompt_response, retokenize, same_vocabulary
-from rlhflab.distributed import Cluster
-from rlhflab.engines import SingleEngine
 from rlhflab.models.forward import response_logprobs
 from rlhflab.models.reward_model import max_input_length, score_sequences
 from rlhflab.models.sampling import sample_share
-from rlhflab.ppo.components import PPOComponents, standardise
+from rlhflab.ppo.components import standardise
 from rlhflab.ppo.losses import logprobs_from_logits
 from rlhflab.seeding import RowStreams
+
+if TYPE_CHECKING:
+    from rlhflab.ppo.trainer import PPOState
 
 
 @dataclass(frozen=True)
@@ -111,37 +111,38 @@ def reward_encoder(policy_tokenizer, reward_tokenizer, reward_model) -> Callable
     return partial(retokenize, policy_tokenizer, reward_tokenizer, max_length=max_input_length(reward_model))
 
 
+@dataclass(frozen=True)
+class RolloutTimings:
+    """Seconds a rollout spent sampling, and recording logprobs, values and scores."""
+
+    sample: float
+    score: float
+
+
 @torch.no_grad()
-def make_rollout(
-    policy,
-    reference,
-    reward: RewardFunction,
-    tokenizer,
-    prompts: list[str],
-    response_length: int,
-    temperature: float,
-    generator: torch.Generator | RowStreams,
-    components: PPOComponents = PPOComponents(),
-    timings: dict[str, float] | None = None,
-    cluster: Cluster = Cluster.single(),
-    engine: SingleEngine | None = None,
-) -> Rollout:
-    """The rollout of `prompts`. Under several processes each samples and scores its share
-    of the rows (`sample_share`), and the shares are gathered: every process returns the
-    whole batch, so the update and its metrics are those of one process."""
+def make_rollout(state: PPOState, prompts: list[str], generator: torch.Generator | RowStreams,
+                 response_length: int | None = None, temperature: float | None = None
+                 ) -> tuple[Rollout, RolloutTimings]:
+    """The rollout of `prompts` by the state's policy, through its components, at the
+    state's decoding settings unless given (the held-out evaluation keeps its own). Under
+    several processes each samples and scores its share of the rows (`sample_share`), and
+    the shares are gathered: every process returns the whole batch, so the update and its
+    metrics are those of one process."""
+    policy, reference, reward, tokenizer = state.policy, state.reference, state.reward, state.tokenizer
+    components, cluster, engine = state.components, state.cluster, state.engine
+    response_length = state.config.response_length if response_length is None else response_length
+    temperature = state.config.temperature if temperature is None else temperature
     c = components
-    timings = {} if timings is None else timings
-    full_weights = engine.full_weights(policy) if engine is not None else nullcontext()
     start = time.perf_counter()
     policy.eval()
     # FSDP2 gathers the policy once for the whole rollout (under LoRA the reference is the
     # policy with its adapters off, so its forward needs the policy's weights too).
-    with full_weights:
+    with engine.full_weights(policy):
         share = sample_share(c.sample, policy.lm, tokenizer, prompts, response_length, temperature, generator,
                              cluster)
         samples = share.samples
         mask = c.response_mask(samples.mask)
-        timings["rollout"] = time.perf_counter() - start
+        sampled = time.perf_counter() - start
         start = time.perf_counter()
         input_ids, attention_mask = join_prompt_response(share.prompt_ids, share.prompt_mask, samples.response_ids,
                                                          samples.mask)
@@ -160,10 +161,7 @@ def make_rollout(
         "values": values.masked_fill(zero, 0.0), "proxy": proxy, "scores": scores, "has_eos": samples.has_eos,
     }
     whole = {name: cluster.gather_rows(value, len(prompts)) for name, value in local.items()}
-    timings["score"] = time.perf_counter() - start
-    return Rollout(
-        prompts=list(prompts),
-        responses=decode_responses(tokenizer, whole["response_ids"],
-                                   whole.pop("sampled_mask")),
-        **whole,
-    )
+    scored = time.perf_counter() - start
+    rollout = Rollout(prompts=list(prompts),
+                      responses=decode_responses(tokenizer, whole["response_ids"], whole.pop("sampled_mask")), **whole)
+    return rollout, RolloutTimings(sampled, scored)

@@ -53,37 +53,34 @@ def run_ppo(
     diagnosis (an ablation's arm whose finding is already there)."""
     cfg = config.ppo
     state = load_ppo_state(config, run, components, cluster.device, cluster)
-    writer = cluster.is_main
-    show_progress = show_progress and writer
+    is_main = cluster.is_main
+    show_progress = show_progress and is_main
     task = prompt_task(config, state.tokenizer, context_length(policy_dir(config, run), config))
-    evaluate = lambda lm: evaluate_policy(  # noqa: E731
-        lm, state.reference, state.reward, task.world, state.tokenizer, task.eval_prompts,
-        cfg.response_length, cfg.temperature,
-        RowStreams(config.ppo_seed, ("eval-sampling",), list(range(len(task.eval_prompts)))),
-        cluster=cluster, full_weights=lambda: state.engine.full_weights(state.policy),
-    )
+    eval_streams = RowStreams(config.ppo_seed, ("eval-sampling",), list(range(len(task.eval_prompts))))
+    evaluate = lambda: evaluate_policy(state, task.world, task.eval_prompts, cfg.response_length,  # noqa: E731
+                                       cfg.temperature, eval_streams)
     checkpoint_dir = run.checkpoints / "ppo"
     if resume and has_checkpoint(checkpoint_dir):
         point = load_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller)
         records = read_jsonl(run.metrics("ppo"))[: point.metrics_lines]
         kept = read_jsonl(run.samples("ppo"))[: point.samples_lines] if run.samples("ppo").is_file() else []
         cluster.barrier()  # every process has read the files before the first one cuts them
-        if writer:
+        if is_main:
             truncate_lines(run.metrics("ppo"), point.metrics_lines)
             truncate_lines(run.samples("ppo"), point.samples_lines)
             console.print(f"resuming PPO at iteration {point.next_step} from {checkpoint_dir}")
         before, first = point.before, point.next_step
     else:
-        before, first, records, kept = evaluate(state.policy.lm), 0, [], []
-        if writer:
+        before, first, records, kept = evaluate(), 0, [], []
+        if is_main:
             run.samples("ppo").unlink(missing_ok=True)
 
     def checkpoint(next_step: int) -> None:
-        lines = (count_lines(run.metrics("ppo")), count_lines(run.samples("ppo"))) if writer else (0, 0)
+        lines = (count_lines(run.metrics("ppo")), count_lines(run.samples("ppo"))) if is_main else (0, 0)
         save_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller,
                         ResumePoint(next_step, *lines, before), cluster)
 
-    logger = stage_logger(run, "ppo", append=first > 0, writer=writer)
+    logger = stage_logger(run, "ppo", append=first > 0, is_main=is_main)
     watch = LiveDoctor(config, state, records, kept, stop_when)
     stopped, step = None, first - 1
     with StopSignals() as signals, progress_bar("stage 3 ppo", cfg.iterations, show_progress, first) as bar:
@@ -95,7 +92,7 @@ def run_ppo(
                 metrics["reward/gold_mean"] = sum(gold) / len(gold)
             logger.log(step, metrics)
             samples = sample_rows(step, rollout, gold, cfg.samples_per_iteration)
-            if writer:
+            if is_main:
                 append_jsonl(run.samples("ppo"), samples)
             bar.advance(info=f"proxy {metrics['reward/proxy_mean']:+.2f}"
                              + (f" gold {metrics['reward/gold_mean']:+.2f}" if gold is not None else "")
@@ -113,12 +110,12 @@ def run_ppo(
                 watch.stop(run, stopped)
                 break
     logger.close()
-    after = evaluate(state.policy.lm)
+    after = evaluate()
     summary = {"stage1": before, "policy": after}
     if stopped is not None:
         summary["stopped"] = {"step": step, "rule": stopped.rule, "title": stopped.title}
     weights = state.engine.full_state_dict(state.policy)  # every process takes part in gathering them
-    if writer:
+    if is_main:
         state.policy.save(run.stage3_policy, state.tokenizer, weights)
         write_json(run.root / "metrics" / "eval.json", summary)
     cluster.barrier()

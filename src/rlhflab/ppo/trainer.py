@@ -93,7 +93,7 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
         # engine averages over the W processes are those of the whole minibatch's token mean.
         index = cluster.shard(minibatch)
         mb = rollout.select(index)
-        share = cluster.world * float(mb.mask.sum()) / float(rollout.mask[minibatch].sum())
+        share = cluster.world_size * float(mb.mask.sum()) / float(rollout.mask[minibatch].sum())
         logits, values = state.trained(mb.input_ids, mb.attention_mask, mb.prompt_len, cfg.temperature,
                                       c.response_logits)
         logprobs = losses.logprobs_from_logits(logits, mb.response_ids)
@@ -115,7 +115,7 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
             "policy/ratio_mean": float(pg.ratio_mean),
             "value/clipfrac": float(vf.clipfrac),
         }
-        step_metrics = cluster.sum({k: v * share / cluster.world for k, v in token_means.items()})
+        step_metrics = cluster.sum({k: v * share / cluster.world_size for k, v in token_means.items()})
         step_metrics["policy/grad_norm"] = float(grad_norm)
         if n == 0:  # before any step: 1 by construction (the doctor checks it in the log)
             first_ratio = step_metrics["policy/ratio_mean"]
@@ -133,29 +133,24 @@ def ppo_iteration(state: PPOState, prompts: list[str], seed: int, step: int) -> 
     random draw of iteration `step` comes from streams named by the seed and the step (a
     prompt's sample from its own, by its index in the batch), so the iteration is the
     same whether it runs first or after a resume, on one process or several."""
-    timings: dict[str, float] = {}
     streams = RowStreams(seed, ("ppo", "sampling", str(step)), list(range(len(prompts))))
-    rollout = make_rollout(
-        state.policy, state.reference, state.reward, state.tokenizer, prompts,
-        state.config.response_length, state.config.temperature, streams, state.components, timings,
-        state.cluster, state.engine,
-    )
+    rollout, timings = make_rollout(state, prompts, streams)
     start = time.perf_counter()
     adv = compute_advantages(state, rollout)
-    timings["advantages"] = time.perf_counter() - start
+    advantages_s = time.perf_counter() - start
     kl_coef = state.controller.value
     start = time.perf_counter()
     update = ppo_update(state, rollout, adv, torch_generator(seed, "ppo", "minibatches", str(step)))
-    timings["update"] = time.perf_counter() - start
+    train_s = time.perf_counter() - start
     metrics = rollout_metrics(rollout, adv, kl_coef) | update
     if math.isfinite(metrics["kl/mean"]):  # a NaN would stay in an adaptive beta for good
         state.controller.update(state.components.kl_signal(metrics), len(prompts))
     metrics |= {
         "lr": state.optimizer.param_groups[0]["lr"],
-        "time/rollout_s": timings["rollout"],
-        "time/score_s": timings["score"],
-        "time/advantages_s": timings["advantages"],
-        "time/train_s": timings["update"],
+        "time/rollout_s": timings.sample,
+        "time/score_s": timings.score,
+        "time/advantages_s": advantages_s,
+        "time/train_s": train_s,
     }
     device = next(state.policy.parameters()).device
     if device.type == "cuda":

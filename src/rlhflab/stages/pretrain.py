@@ -112,7 +112,7 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
     trained = engine.trained(model)
     optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95))
     batches = torch_generator(config.seed, "pretrain", "batches")
-    logger = stage_logger(run, "pretrain", writer=cluster.is_main)
+    logger = stage_logger(run, "pretrain", is_main=cluster.is_main)
     show_progress = show_progress and cluster.is_main
     train_loss = val_loss = grammatical = math.nan
     epoch: list[Tensor] = []  # the batches of the current pass over the corpus not yet used
@@ -133,7 +133,7 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
             # mean by its share of tokens keeps every token's weight what it is under random batches.
             # W times it under W processes, whose gradients the engine averages.
             tokens = targets[:, 1:].sum()
-            weighted = loss * (tokens / tokens_per_batch) * cluster.world
+            weighted = loss * (tokens / tokens_per_batch) * cluster.world_size
             optimizer.zero_grad(set_to_none=True)
             weighted.backward()
             clip_grad_norm(model.parameters(), cfg.max_grad_norm)

@@ -287,7 +287,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
     group_lengths = train.mask.sum(2).max(1).values
     total = steps_per_epoch * cfg.epochs
     order = torch_generator(config.seed, "reward", "order")
-    logger = stage_logger(run, "reward", writer=cluster.is_main)
+    logger = stage_logger(run, "reward", is_main=cluster.is_main)
     show_progress = show_progress and cluster.is_main
     step, loss_value, acc_value, evaluation = 0, math.nan, math.nan, {}
     with progress_bar("stage 2 reward", total, show_progress) as bar:
@@ -306,7 +306,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
                 # rows; W times it, because the engine averages the W processes' gradients.
                 share = len(batch) / len(rows)
                 loss, accuracy = reward_step(trained, batch.trimmed(width).to(cluster.device), components, optimizer,
-                                             scorer.parameters(), cfg.max_grad_norm, share * cluster.world)
+                                             scorer.parameters(), cfg.max_grad_norm, share * cluster.world_size)
                 summed = cluster.sum({"loss": loss.item() * share, "acc": accuracy.item() * share})
                 loss_value, acc_value = summed["loss"], summed["acc"]
                 metrics = {"rm/train_loss": loss_value, "rm/train_acc": acc_value, "lr": lr}
