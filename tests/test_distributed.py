@@ -56,3 +56,30 @@ def test_one_process_gathers_what_it_has():
     assert cluster.gather_rows(rows, 3) is rows
     assert cluster.gather_lists(["a", "b"]) == ["a", "b"]
     assert torch.equal(cluster.shard(torch.arange(5)), torch.arange(5))
+
+
+def test_the_config_names_every_engine_and_only_them():
+    import typing
+
+    from rlhflab.config import DistributedConfig
+    from rlhflab.engines import ENGINES
+
+    hint = typing.get_type_hints(DistributedConfig)["strategy"]
+    literal = next(a for a in typing.get_args(hint) if typing.get_origin(a) is typing.Literal)
+    assert set(typing.get_args(literal)) == set(ENGINES)
+
+
+def test_every_engine_has_the_engine_protocols_methods_and_weighs_a_fraction_by_the_process_count():
+    import inspect
+
+    from rlhflab.config import DistributedConfig
+    from rlhflab.distributed import Cluster
+    from rlhflab.engines import ENGINES, Engine, SingleEngine
+
+    methods = {name for name, _ in inspect.getmembers(Engine, inspect.isfunction)} - {"__init__"}
+    for engine in ENGINES.values():
+        assert all(callable(getattr(engine, m, None)) for m in methods), engine.name
+    # DDP and FSDP2 average the W processes' gradients: a quarter of the minibatch on each of 4 processes
+    # is weighted 1, so that the average is the whole minibatch's.
+    assert SingleEngine(DistributedConfig(), Cluster(0, 4)).loss_weight(0.25) == 1.0
+    assert SingleEngine(DistributedConfig(), Cluster(0, 1)).loss_weight(0.3) == 0.3

@@ -17,7 +17,7 @@ once per generated token. Why these engines and not others: docs/distributed.md.
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
-from typing import ContextManager, Iterator
+from typing import ContextManager, Iterator, Protocol
 
 import torch
 from torch import nn
@@ -34,11 +34,41 @@ def clip_grad_norm(parameters, max_norm: float) -> torch.Tensor:
     return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
 
+class Engine(Protocol):
+    """How a model is trained across processes (one of `ENGINES`, by `distributed.strategy`)."""
+
+    name: str
+
+    def trained(self, module: nn.Module) -> nn.Module:
+        """`module` wrapped for training (its gradients combined across processes)."""
+
+    def frozen(self, module: nn.Module) -> nn.Module:
+        """A frozen `module` (a reference, a reward model) placed for forwards only."""
+
+    def full_weights(self, module: nn.Module) -> ContextManager:
+        """Every weight of `module` present on every process while the context lasts."""
+
+    def full_state_dict(self, module: nn.Module) -> dict:
+        """The module's whole state dict, on the first process (every process calls it)."""
+
+    def loss_weight(self, fraction: float | torch.Tensor) -> float | torch.Tensor:
+        """The factor a process's loss is multiplied by before backward, given the fraction
+        of the whole minibatch (its tokens, rows or pairs) this process's loss is the mean
+        over: what makes the combined gradient the whole minibatch's."""
+
+
 class SingleEngine:
     name = "single"
 
     def __init__(self, config: DistributedConfig, cluster: Cluster) -> None:
         self.config, self.cluster = config, cluster
+
+    def loss_weight(self, fraction: float | torch.Tensor) -> float | torch.Tensor:
+        """`fraction` times the number of processes: DDP and FSDP2 average the gradients
+        over the W processes (a sum divided by W), so a process whose loss is the mean over
+        `fraction` of the minibatch must be weighted by W x `fraction` for the average to be
+        the whole minibatch's mean. Written here once, for every engine; W is 1 alone."""
+        return fraction * self.cluster.world_size
 
     def trained(self, module: nn.Module) -> nn.Module:
         return module
@@ -139,9 +169,9 @@ class FSDP2Engine(SingleEngine):
         return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-ENGINES: dict[str, type[SingleEngine]] = {engine.name: engine for engine in (SingleEngine, DDPEngine, FSDP2Engine)}
+ENGINES: dict[str, type[Engine]] = {engine.name: engine for engine in (SingleEngine, DDPEngine, FSDP2Engine)}
 
 
-def make_engine(config: DistributedConfig, cluster: Cluster) -> SingleEngine:
+def make_engine(config: DistributedConfig, cluster: Cluster) -> Engine:
     """The engine of `config.strategy` for this cluster; one process runs every strategy as single."""
     return ENGINES[resolve_strategy(config.strategy, cluster.world_size)](config, cluster)

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from rlhflab.config import DistributedConfig, PipelineConfig, PPOConfig
 from rlhflab.distributed import Cluster
-from rlhflab.engines import SingleEngine, make_engine
+from rlhflab.engines import Engine, SingleEngine, make_engine
 from rlhflab.metrics.diversity import distinct_n, identical_fraction, self_bleu
 from rlhflab.metrics.stats import explained_variance, masked_mean, masked_var, pearson
 from rlhflab.models.blocks import checkpoint_blocks_if
@@ -51,7 +51,7 @@ class PPOState:
     controller: KLController
     components: PPOComponents = field(default_factory=PPOComponents)
     cluster: Cluster = field(default_factory=Cluster.single)
-    engine: SingleEngine = field(default_factory=lambda: SingleEngine(DistributedConfig(), Cluster.single()))
+    engine: Engine = field(default_factory=lambda: SingleEngine(DistributedConfig(), Cluster.single()))
     wrapper: torch.nn.Module | None = None  # the policy inside the engine's wrapper (DDP); None: no wrapper
 
     @property
@@ -88,12 +88,12 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
     # The policy stays in eval mode: dropout off in rollout and update alike, so the
     # first ratio is exactly 1 (Huang et al. 2023, "disable dropout").
     for minibatch in c.minibatch_schedule(len(rollout.prompts), cfg.minibatches, cfg.epochs, generator):
-        # Under torchrun each process takes its share of the minibatch's rows; its loss
-        # is weighted by W times its share of the minibatch's tokens, so the gradients the
-        # engine averages over the W processes are those of the whole minibatch's token mean.
+        # Under torchrun each process takes its share of the minibatch's rows; its loss is a
+        # token mean over `fraction` of the minibatch's tokens, weighted by the engine so that
+        # the combined gradient is the whole minibatch's token mean.
         index = cluster.shard(minibatch)
         mb = rollout.select(index)
-        share = cluster.world_size * float(mb.mask.sum()) / float(rollout.mask[minibatch].sum())
+        fraction = float(mb.mask.sum()) / float(rollout.mask[minibatch].sum())
         logits, values = state.trained(mb.input_ids, mb.attention_mask, mb.prompt_len, cfg.temperature,
                                       c.response_logits)
         logprobs = losses.logprobs_from_logits(logits, mb.response_ids)
@@ -102,7 +102,8 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
         # Without a bonus the entropy is only logged: keep it out of the graph.
         entropy = c.entropy(logits if cfg.entropy_coef else logits.detach(), mb.mask)
         loss = pg_loss + cfg.vf_coef * vf_loss - cfg.entropy_coef * entropy
-        grad_norm = c.gradient_step(state.optimizer, state.policy.parameters(), loss * share, cfg.max_grad_norm)
+        weighted = loss * state.engine.loss_weight(fraction)
+        grad_norm = c.gradient_step(state.optimizer, state.policy.parameters(), weighted, cfg.max_grad_norm)
         # A step with gradients that are not finite is skipped (gradient_step): count it. The
         # same on every process: the gradients are averaged.
         skipped += not bool(torch.isfinite(grad_norm))
@@ -115,7 +116,7 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
             "policy/ratio_mean": float(pg.ratio_mean),
             "value/clipfrac": float(vf.clipfrac),
         }
-        step_metrics = cluster.sum({k: v * share / cluster.world_size for k, v in token_means.items()})
+        step_metrics = cluster.sum({k: v * fraction for k, v in token_means.items()})
         step_metrics["policy/grad_norm"] = float(grad_norm)
         if n == 0:  # before any step: 1 by construction (the doctor checks it in the log)
             first_ratio = step_metrics["policy/ratio_mean"]

@@ -130,10 +130,9 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
             ids, mask, targets = (t[index, :width].to(device) for t in (train_ids, train_mask, train_targets))
             loss = lm_loss(trained, ids, mask, targets)
             # Batches of similar length hold different numbers of target tokens: weighting each batch's
-            # mean by its share of tokens keeps every token's weight what it is under random batches.
-            # W times it under W processes, whose gradients the engine averages.
+            # mean by its fraction of the tokens keeps every token's weight what it is under random batches.
             tokens = targets[:, 1:].sum()
-            weighted = loss * (tokens / tokens_per_batch) * cluster.world_size
+            weighted = loss * engine.loss_weight(tokens / tokens_per_batch)
             optimizer.zero_grad(set_to_none=True)
             weighted.backward()
             clip_grad_norm(model.parameters(), cfg.max_grad_norm)

@@ -302,11 +302,11 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
                 # A prompt's K responses go through the model as wide as the batch's longest row
                 # (of every process's share, so that the processes' forwards have one shape).
                 width = int(train.mask[rows].any(1).any(0).nonzero().max()) + 1
-                # Every prompt has the same pairs, so a process's share of the pairs is its share of the
-                # rows; W times it, because the engine averages the W processes' gradients.
+                # Every prompt has the same pairs, so a process's fraction of the pairs is its fraction
+                # of the rows.
                 share = len(batch) / len(rows)
                 loss, accuracy = reward_step(trained, batch.trimmed(width).to(cluster.device), components, optimizer,
-                                             scorer.parameters(), cfg.max_grad_norm, share * cluster.world_size)
+                                             scorer.parameters(), cfg.max_grad_norm, engine.loss_weight(share))
                 summed = cluster.sum({"loss": loss.item() * share, "acc": accuracy.item() * share})
                 loss_value, acc_value = summed["loss"], summed["acc"]
                 metrics = {"rm/train_loss": loss_value, "rm/train_acc": acc_value, "lr": lr}
