@@ -148,3 +148,17 @@ def test_cli_rejects_unknown_keys_with_the_key_named(tmp_path: Path):
 def test_stage_commands_explain_missing_inputs(tmp_path: Path):
     result = CliRunner().invoke(app, ["ppo", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "rlhflab pretrain" in result.output
+
+
+def test_a_stage_result_prints_as_a_table_of_its_groups_and_values():
+    from rich.console import Console
+
+    from rlhflab.cli import result_table
+
+    summary = {"stage1": {"proxy_mean": 0.1, "kl_mean": 0.0}, "policy": {"proxy_mean": 0.51234, "kl_mean": 2.5},
+               "stopped": {"step": 7, "rule": "kl_explosion"}}
+    console = Console(width=200, record=True)
+    console.print(result_table("stage 3", summary))
+    text = console.export_text()
+    assert "stage1" in text and "policy" in text and "0.5123" in text
+    assert "stopped" in text and "rule kl_explosion" in text and "{" not in text  # no raw dict

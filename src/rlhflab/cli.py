@@ -17,6 +17,8 @@ from rich.markup import escape
 from rlhflab.progress import console
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from rlhflab.config import PipelineConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="A PPO-based RLHF pipeline you can see inside.")
@@ -191,19 +193,12 @@ def pretrain(
 ) -> None:
     """Stage 1: the tiny causal LM on the world's corpus, or SFT of your model on your file."""
     _training_stack()
-    from rlhflab.config import save_config
     from rlhflab.runs import RunDir
     from rlhflab.stages.pretrain import run_pretrain
 
     data = _data_overrides(model=model, sft=sft, skip_invalid=skip_invalid)
     config, cluster = _placed(_stage_config(out, preset, config_file, [*(overrides or []), *data]))
-    run = RunDir(out)
-    if cluster.is_main:
-        save_config(config, run.create().config)
-    with _input_errors():
-        result = run_pretrain(config, run, not quiet, cluster)
-    if cluster.is_main:
-        console.print(result)
+    _run_stage("stage 1", RunDir(out), config, cluster, lambda run: run_pretrain(config, run, not quiet, cluster))
 
 
 @app.command()
@@ -220,7 +215,6 @@ def reward(
 ) -> None:
     """Stage 2: the reward model, on labelled comparisons of stage-1 samples or on your preference file."""
     _training_stack()
-    from rlhflab.config import save_config
     from rlhflab.runs import RunDir
     from rlhflab.stages.reward import run_reward
 
@@ -232,12 +226,7 @@ def reward(
         raise typer.Exit(2)
     data = _data_overrides(reward_base=model, preferences=preferences, skip_invalid=skip_invalid)
     config, cluster = _placed(_stage_config(out, preset, config_file, [*(overrides or []), *data]))
-    if cluster.is_main:
-        save_config(config, run.create().config)
-    with _input_errors():
-        result = run_reward(config, run, not quiet, cluster)
-    if cluster.is_main:
-        console.print(result)
+    _run_stage("stage 2", run, config, cluster, lambda run: run_reward(config, run, not quiet, cluster))
 
 
 @app.command()
@@ -257,7 +246,6 @@ def ppo(
 ) -> None:
     """Stage 3: PPO against the reward model with a KL penalty to the starting policy."""
     _training_stack()
-    from rlhflab.config import save_config
     from rlhflab.faults.zoo import components_for
     from rlhflab.ppo.components import record_components
     from rlhflab.ppo.run import run_ppo
@@ -279,13 +267,52 @@ def ppo(
     config, cluster = _placed(config)
     components = components_for(config)  # checked when the config was loaded (_config: with_fault)
     config = record_components(config, components)
+    _run_stage("stage 3", run, config, cluster, lambda run: run_ppo(
+        config, run, components, show_progress=not quiet, resume=resume is not None, cluster=cluster))
+
+
+def _run_stage(title: str, run, config: PipelineConfig, cluster, train) -> None:
+    """The tail every stage command shares: the resolved config written into the run (by
+    the first process), `train(run)` with bad inputs and interruptions reported, and its
+    result printed as a table."""
+    from rlhflab.config import save_config
+
     if cluster.is_main:
         save_config(config, run.create().config)
     with _input_errors(), _interruptible():
-        result = run_ppo(config, run, components, show_progress=not quiet, resume=resume is not None,
-                         cluster=cluster)
+        result = train(run)
     if cluster.is_main:
-        console.print(result)
+        console.print(result_table(title, result))
+
+
+def result_table(title: str, result) -> Table:
+    """A stage's result (a dataclass or a dict, flat or of dicts) as a table: one row per
+    value, one column per group of numbers (PPO's stage-1 model and policy), a row for any
+    other group (why a run stopped); numbers to 4 significant digits."""
+    from dataclasses import asdict, is_dataclass
+
+    from rich.table import Table
+
+    values = asdict(result) if is_dataclass(result) else dict(result)
+    groups = {k: v for k, v in values.items()
+              if isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values())}
+    plain = {k: (", ".join(f"{a} {b}" for a, b in v.items()) if isinstance(v, dict) else v)
+             for k, v in values.items() if k not in groups}
+    shown = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
+    table = Table(title=title)
+    table.add_column("")
+    if groups:
+        names = sorted({key for group in groups.values() for key in group}, key=list(
+            dict.fromkeys(key for group in groups.values() for key in group)).index)
+        for group in groups:
+            table.add_column(group, justify="right")
+        for name in names:
+            table.add_row(name, *(shown(group[name]) if name in group else "-" for group in groups.values()))
+    else:
+        table.add_column("value", justify="right")
+    for name, value in plain.items():
+        table.add_row(name, *([shown(value)] + [""] * (max(len(groups), 1) - 1)))
+    return table
 
 
 def _placed(config):
