@@ -1288,46 +1288,17 @@ def _judge_pairs(study, spec: str, template: Optional[Path], tokenizer: Optional
 
 
 def _sampled_sources(sources, prompts: Optional[Path], study: Path):
-    """Each source as a sample file: a run's policy sampled on its held-out prompts (once,
-    RUN/samples/policy.jsonl), a model directory on `--prompts` (STUDY/samples/NAME.jsonl)."""
+    """Each source as a sample file (`sample.sampled_sources`), sampling printed as it goes."""
     from rlhflab.runs import RunDir
-    from rlhflab.studies.build import Source
-    from rlhflab.studies.design import StudyError
 
-    out = []
-    for source in sources:
-        is_run = RunDir(source.path).config.is_file()
-        if not (is_run or (source.path / "config.json").is_file() or (source.path / "adapter_config.json").is_file()):
-            out.append(source)
-            continue
-        _training_stack()
-        from rlhflab.sample import SampleError, load_model, prompts_from_file, run_sampling
+    models = [s for s in sources if RunDir(s.path).config.is_file() or (s.path / "config.json").is_file()
+              or (s.path / "adapter_config.json").is_file()]
+    if not models:
+        return list(sources)  # sample files only: the light install reads them
+    _training_stack()
+    from rlhflab.sample import sampled_sources
 
-        try:
-            if is_run:
-                models, texts, settings, gold = run_sampling(source.path)
-                if "policy" not in models:
-                    raise SampleError(f"{source.path}: no stage3_policy to compare")
-                model_dir = models["policy"]
-                if prompts is None:
-                    target, prompts_name = source.path / "samples" / "policy.jsonl", "the run's held-out prompts"
-                else:  # every system on the same prompts: the run's policy with its own settings
-                    target, prompts_name = study / "samples" / f"{source.name}.jsonl", str(prompts)
-            else:
-                if prompts is None:
-                    raise SampleError(f"{source.path} is a model directory: give --prompts FILE to sample it on")
-                from rlhflab.sample import SamplingSettings
-
-                settings, gold, model_dir = SamplingSettings(), None, source.path
-                target, prompts_name = study / "samples" / f"{source.name}.jsonl", str(prompts)
-            model, tokenizer = load_model(model_dir)
-            if prompts is not None:
-                texts = prompts_from_file(prompts, tokenizer)
-            _sample_one(model, tokenizer, texts, target, settings, str(model_dir), prompts_name, gold)
-        except SampleError as err:
-            raise StudyError(str(err)) from None
-        out.append(Source(source.name, target))
-    return out
+    return sampled_sources(sources, prompts, study, _sample_one)
 
 
 def _print_pair_results(study, json_output: bool, kinds: Optional[tuple[str, ...]] = None) -> None:
@@ -1392,7 +1363,6 @@ def _export_pairs(study, out: Path, per_judgement: bool) -> None:
                   f"on them with: rlhflab reward --preferences {escape(str(out))}")
 
 
-JUDGE_KINDS = ("rm", "classifier", "lm")
 
 
 def _run_judges(study, judges: list[str], template: Optional[Path], label: Optional[str],
@@ -1401,25 +1371,12 @@ def _run_judges(study, judges: list[str], template: Optional[Path], label: Optio
     from rlhflab.studies.design import StudyError
 
     _training_stack()
-    from rlhflab.judges.ratings import ClassifierJudge, LanguageModelJudge, RewardModelJudge, judge_study
+    from rlhflab.judges.ratings import judge_study, make_judge
     from rlhflab.progress import progress_bar
 
     for spec in judges:
-        kind, _, directory = spec.partition(":")
-        if kind not in JUDGE_KINDS or not directory:
-            console.print(f"[red]error:[/red] --judge {escape(spec)}: expected KIND:DIR with KIND one of "
-                          f"{', '.join(JUDGE_KINDS)}")
-            raise typer.Exit(2)
         try:
-            if kind == "lm":
-                if template is None:
-                    raise StudyError("--judge lm:DIR needs --template FILE")
-                judge = LanguageModelJudge(Path(directory), template.read_text(encoding="utf-8"),
-                                           (study.design.scale_min, study.design.scale_max))
-            elif kind == "classifier":
-                judge = ClassifierJudge(Path(directory), label)
-            else:
-                judge = RewardModelJudge(Path(directory), tokenizer)
+            judge = make_judge(spec, study, template, label, tokenizer)
             with progress_bar(f"judge {judge.name}", study.item_count()) as bar:
                 judge_study(study, judge, bar.advance)
         except (StudyError, OSError, ValueError) as err:

@@ -188,3 +188,46 @@ def run_sampling(run: Path):
     settings = SamplingSettings(temperature=config.ppo.temperature, max_new_tokens=config.ppo.response_length,
                                 seed=config.seed)
     return models, task.eval_prompts, settings, task.gold
+
+
+def sampled_sources(sources: list, prompts: Path | None, study: Path, sample: Callable[..., None]) -> list:
+    """Each source of a study as a sample file: a run's policy sampled on its held-out
+    prompts (once, RUN/samples/policy.jsonl), or on `prompts` when given (every system on
+    the same prompts, STUDY/samples/NAME.jsonl); a model directory on `prompts`; a sample
+    file as it is. `sample(model, tokenizer, texts, target, settings, model_name,
+    prompts_name, gold)` writes one file (the command line shows its progress). A source
+    that cannot be sampled is a StudyError."""
+    from rlhflab.runs import RunDir
+    from rlhflab.studies.build import Source
+    from rlhflab.studies.design import StudyError
+
+    out = []
+    for source in sources:
+        is_run = RunDir(source.path).config.is_file()
+        if not (is_run or (source.path / "config.json").is_file() or (source.path / "adapter_config.json").is_file()):
+            out.append(source)
+            continue
+        try:
+            if is_run:
+                models, texts, settings, gold = run_sampling(source.path)
+                if "policy" not in models:
+                    raise SampleError(f"{source.path}: no stage3_policy to compare")
+                model_dir = models["policy"]
+                if prompts is None:
+                    target, prompts_name = source.path / "samples" / "policy.jsonl", "the run's held-out prompts"
+                else:  # every system on the same prompts: the run's policy with its own settings
+                    target, prompts_name = study / "samples" / f"{source.name}.jsonl", str(prompts)
+            else:
+                if prompts is None:
+                    raise SampleError(f"{source.path} is a model directory: give --prompts FILE to sample it on")
+                settings, gold, model_dir = SamplingSettings(), None, source.path
+                target, prompts_name = study / "samples" / f"{source.name}.jsonl", str(prompts)
+            model, tokenizer = load_model(model_dir)
+            if prompts is not None:
+                texts = prompts_from_file(prompts, tokenizer)
+            sample(model, tokenizer, texts, target, settings, str(model_dir), prompts_name, gold)
+        except SampleError as err:
+            raise StudyError(str(err)) from None
+        out.append(Source(source.name, target))
+    return out
+

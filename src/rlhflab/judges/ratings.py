@@ -164,3 +164,25 @@ def judge_study(study: Study, judge: Judge, advance: Callable[[], None] = lambda
         rated += 1
         advance()
     return rated
+
+
+JUDGE_KINDS = ("rm", "classifier", "lm")
+
+
+def make_judge(spec: str, study: Study, template: Path | None = None, label: str | None = None,
+               tokenizer: Path | None = None) -> Judge:
+    """The judge `KIND:DIR` names (`rate --judge`): a reward model, a classifier (its
+    `label`'s probability), or a language model asked with `template`. A bad spec is a
+    StudyError."""
+    kind, _, directory = spec.partition(":")
+    if kind not in JUDGE_KINDS or not directory:
+        raise StudyError(f"expected KIND:DIR with KIND one of {', '.join(JUDGE_KINDS)}")
+    if kind == "lm":
+        if template is None:
+            raise StudyError("--judge lm:DIR needs --template FILE")
+        return LanguageModelJudge(Path(directory), template.read_text(encoding="utf-8"),
+                                  (study.design.scale_min, study.design.scale_max))
+    if kind == "classifier":
+        return ClassifierJudge(Path(directory), label)
+    return RewardModelJudge(Path(directory), tokenizer)
+
