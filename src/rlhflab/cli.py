@@ -1493,30 +1493,13 @@ def _print_study_results(study, json_output: bool) -> None:
 
 
 def _study_truth_change(directory: Path, before_runs: list[str], after_runs: list[str], before, after):
-    """compare --truth: each run matched to a system of the study, its rated truth attached to
-    its table (the gold rules read it), and the change measured from the study."""
+    """compare --truth: the change the study measures between the runs (`studies.truth.study_truth_change`)."""
     _studies_extra()
-    from rlhflab.doctor import attach_truth
     from rlhflab.studies.design import StudyError
-    from rlhflab.studies.store import Study
-    from rlhflab.studies.truth import match_system, rated_truth, truth_change
+    from rlhflab.studies.truth import study_truth_change
 
     try:
-        study = Study.open(directory)
-        hint = "name each system as its run's directory or log file (rlhflab rate NAME=PATH, rlhflab pair NAME=PATH)"
-        sides = [[match_system(study, Path(r), how_to_name=hint) for r in runs] for runs in (before_runs, after_runs)]
-        if set(sides[0]) & set(sides[1]):
-            raise StudyError(f"{directory}: the runs before and after match the same system "
-                             f"({', '.join(sorted(set(sides[0]) & set(sides[1])))}); give runs that are systems of "
-                             "their own (rlhflab rate NAME=RUN ... --add)")
-        if study.design.kind == "pair":  # the truth is which side people prefer
-            from rlhflab.studies.pair_results import preference_change
-
-            return preference_change(study, sides[0], sides[1])
-        for tables, systems in ((before, sides[0]), (after, sides[1])):
-            for table, system in zip(tables, systems):
-                attach_truth(table, rated_truth(study, system))
-        return truth_change(study, sides[0], sides[1])
+        return study_truth_change(directory, before_runs, after_runs, before, after)
     except StudyError as err:
         console.print(f"[red]error:[/red] --truth: {escape(str(err))}")
         raise typer.Exit(2) from None

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rlhflab.doctor import CONFIDENCE, MetricTable, RatedExample, RatedPoint, RatedTruth, TruthChange
+from rlhflab.doctor import CONFIDENCE, MetricTable, RatedExample, RatedPoint, RatedTruth, TruthChange, attach_truth
 from rlhflab.studies.design import StudyError
 from rlhflab.studies.results import HUMAN_KINDS, study_results
 from rlhflab.studies.stats import crossed_bootstrap_draws, percentile_interval
@@ -155,3 +155,27 @@ def truth_change(study: Study, before: Sequence[str], after: Sequence[str], seed
               f"({', '.join(after)})")
     return TruthChange("reward/gold_mean", f"mean rating of {study.directory}", None, b_end, a_end, a_end - b_end,
                        low, high, bool(low > 0 or high < 0), method)
+
+
+def study_truth_change(directory: Path, before_runs: list[str], after_runs: list[str],
+                       before: list[MetricTable], after: list[MetricTable]) -> TruthChange:
+    """`compare --truth STUDY`: each run matched to a system of the study; a rating study's
+    rated truth attached to each run's table (the gold rules read it) and the change of the
+    mean rating measured; a pair study's change is which side people prefer. A run that
+    matches no system, or runs before and after that match the same one, are a StudyError."""
+    study = Study.open(directory)
+    hint = "name each system as its run's directory or log file (rlhflab rate NAME=PATH, rlhflab pair NAME=PATH)"
+    sides = [[match_system(study, Path(r), how_to_name=hint) for r in runs] for runs in (before_runs, after_runs)]
+    if set(sides[0]) & set(sides[1]):
+        raise StudyError(f"{directory}: the runs before and after match the same system "
+                         f"({', '.join(sorted(set(sides[0]) & set(sides[1])))}); give runs that are systems of "
+                         "their own (rlhflab rate NAME=RUN ... --add)")
+    if study.design.kind == "pair":  # the truth is which side people prefer
+        from rlhflab.studies.pair_results import preference_change
+
+        return preference_change(study, sides[0], sides[1])
+    for tables, systems in ((before, sides[0]), (after, sides[1])):
+        for table, system in zip(tables, systems):
+            attach_truth(table, rated_truth(study, system))
+    return truth_change(study, sides[0], sides[1])
+
