@@ -5,10 +5,12 @@ exit code, on logs written here with a known difference."""
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
-from rlhflab.cli import arm_names, main
+from rlhflab.cli import main
+from rlhflab.doctor import arm_names
 from rlhflab.doctor.compare import block_means, compare_tables, truth_change
 from rlhflab.doctor.formats import read_log
 from rlhflab.doctor.table import MetricTable
@@ -152,13 +154,13 @@ def test_an_arm_that_cures_nothing_says_no_arm_cures_it_and_an_empty_arm_is_refu
 
 def test_an_arm_is_named_by_the_part_of_its_path_the_groups_do_not_share(tmp_path):
     planned = [[f"ablation/{arm}/seed{k}" for k in range(3)] for arm in ("control", "beta-0.2", "learning_rate-5e-06")]
-    assert arm_names(planned) == ["beta-0.2", "learning_rate-5e-06"]  # an ablation plan's directories
+    assert arm_names([Path(g[0]) for g in planned]) == ["beta-0.2", "learning_rate-5e-06"]  # an ablation plan's directories
     for side in ("a", "b"):
         (tmp_path / side).mkdir()
         (tmp_path / side / "trainer_state.json").write_text("{}")
-    assert arm_names([[str(tmp_path / "a" / "trainer_state.json")], [str(tmp_path / "b" / "trainer_state.json")]]) \
+    assert arm_names([tmp_path / "a" / "trainer_state.json", tmp_path / "b" / "trainer_state.json"]) \
         == ["b"]
     logs = [tmp_path / "before.jsonl", tmp_path / "after.jsonl"]
     for log in logs:
         log.write_text("")
-    assert arm_names([[str(logs[0])], [str(logs[1])], [str(logs[1])]]) == ["after", "after-2"]
+    assert arm_names([logs[0], logs[1], logs[1]]) == ["after", "after-2"]

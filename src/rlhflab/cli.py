@@ -718,7 +718,7 @@ def ablate(
     else:
         print_ablation(summary)
     console.print(f"report: {result.root / 'report.html'}")
-    raise typer.Exit(RANKING_EXIT[result.ranking.verdict])
+    raise typer.Exit(result.ranking.exit_code)
 
 
 def print_ablation(summary: dict, what: str = "ablation of") -> None:
@@ -947,32 +947,15 @@ def split_at_marks(runs: list[str]) -> list[list[str]]:
     return groups
 
 
-def arm_names(groups: list[list[str]]) -> list[str]:
-    """A name per arm (every group after the first, BEFORE): the first part of its first
-    run's path that the groups' first runs do not all share (`ablation/beta-0.2/seed0` ->
-    `beta-0.2`; `a/trainer_state.json` -> `a`), numbered where two agree."""
-    paths = [Path(group[0]).parts for group in groups]
-    shared = 0
-    while all(len(p) > shared + 1 and p[shared] == paths[0][shared] for p in paths):
-        shared += 1
-    names = []
-    for i, (group, parts) in enumerate(zip(groups[1:], paths[1:]), start=1):
-        at = min(shared, len(parts) - 1)
-        name = Path(parts[at]).stem if at == len(parts) - 1 and Path(group[0]).is_file() else parts[at]
-        name = name or f"arm{i}"
-        names.append(name if name not in names else f"{name}-{i}")
-    return names
-
-
 def _compare_arms(groups: list[list[str]], tables, truth: Optional[Path], json_output: bool,
                   html_path: Optional[Path]) -> None:
     """`rlhflab compare BEFORE -- ARM1 -- ARM2 ...`: each arm against BEFORE, ranked (doctor/arms.py)."""
     import json
 
-    from rlhflab.doctor import diagnose, observed_arm, rank_arms
+    from rlhflab.doctor import arm_names, diagnose, observed_arm, rank_arms
 
     control, arm_groups = tables[0], tables[1:]
-    names = arm_names(groups)
+    names = arm_names([Path(group[0]) for group in groups])
     arms = [(observed_arm(name, control, runs), runs) for name, runs in zip(names, arm_groups)]
     truths = None
     if truth is not None:
@@ -981,7 +964,7 @@ def _compare_arms(groups: list[list[str]], tables, truth: Optional[Path], json_o
     ranking = rank_arms(control, arms, truths=truths)
     summary = {"run": ", ".join(groups[0]), "plan": {"seeds": list(range(len(control))), "skipped": [],
                                                    "seeds_why": f"{len(control)} runs before, as given"},
-               **ranking.to_json(), "arms_given": dict(zip(names, groups[1:])), "next": ranking_next(ranking)}
+               **ranking.to_json(), "arms_given": dict(zip(names, groups[1:])), "next": ranking.next_step()}
     if html_path is not None:
         from rlhflab.doctor import write_ablation_report
 
@@ -991,24 +974,7 @@ def _compare_arms(groups: list[list[str]], tables, truth: Optional[Path], json_o
         print(json.dumps(summary, indent=1, default=str))
     else:
         print_ablation(summary, "arms against")
-    raise typer.Exit(RANKING_EXIT[ranking.verdict])
-
-
-RANKING_EXIT = {"confirmed": 0, "no setting cures it": 1, "not confirmed": 3, "cannot tell": 3}
-
-
-def ranking_next(ranking) -> str:
-    """What to do after a ranking of arms given as runs."""
-    from rlhflab.doctor import describe
-
-    if ranking.verdict == "confirmed":
-        return f"apply {describe(ranking.confirmed[0].arm)}"
-    if ranking.verdict == "not confirmed":
-        return "run more seeds of the control and of the cure, and compare again"
-    if ranking.verdict == "no setting cures it":
-        return "rlhflab checkup --policy DIR --reward-model DIR --prompts FILE (its probes say which components " \
-               "they clear)"
-    return "nothing to confirm"
+    raise typer.Exit(ranking.exit_code)
 
 
 RATE_HELP = """Blind ratings of a run's samples across its steps, served on a local page.

@@ -12,6 +12,7 @@ from rlhflab.doctor.ablate_report import write_ablation_report
 from rlhflab.doctor.arms import (
     Arm,
     Ranking,
+    arm_names,
     candidate_fixes,
     choose_seeds,
     describe,
@@ -61,7 +62,7 @@ __all__ = [
     # the live log and the watch
     "CALLBACK_SAMPLES", "LiveLog", "StopRule", "Watch", "finding_line", "follow", "stop_rules",
     # the report, the comparison, the ablation's ranking and another trainer's plan
-    "Arm", "CONFIDENCE", "Comparison", "LAUNCHERS_BY_DIALECT", "PlanError", "Ranking", "TruthChange",
+    "Arm", "CONFIDENCE", "arm_names", "Comparison", "LAUNCHERS_BY_DIALECT", "PlanError", "Ranking", "TruthChange",
     "candidate_fixes", "check_plan", "choose_seeds", "compare_tables", "describe", "end_values", "observed_arm",
     "plan_for_log", "rank_arms", "serious", "truth_metric", "write_ablation_report", "write_compare_report",
     "write_report", "write_rules_doc",

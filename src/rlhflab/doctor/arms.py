@@ -22,6 +22,7 @@ import math
 import random
 import statistics
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable, Literal
 
 from rlhflab.doctor.compare import (
@@ -95,6 +96,22 @@ class Ranking:
     @property
     def confirmed(self) -> list[ArmOutcome]:
         return [o for o in self.outcomes if o.confirmed]
+
+    @property
+    def exit_code(self) -> int:
+        """0 for a confirmed cure, 1 when no arm cures, 3 when it cannot tell."""
+        return {"confirmed": 0, "no setting cures it": 1}.get(self.verdict, 3)
+
+    def next_step(self) -> str:
+        """What to do after a ranking of arms given as runs."""
+        if self.verdict == "confirmed":
+            return f"apply {describe(self.confirmed[0].arm)}"
+        if self.verdict == "not confirmed":
+            return "run more seeds of the control and of the cure, and compare again"
+        if self.verdict == "no setting cures it":
+            return ("rlhflab checkup --policy DIR --reward-model DIR --prompts FILE (its probes say which components "
+                    "they clear)")
+        return "nothing to confirm"
 
     def to_json(self) -> dict:
         return {"verdict": self.verdict, "why": self.why, "control_counts": self.control_counts,
@@ -334,3 +351,22 @@ def _verdict(outcomes: list[ArmOutcome], counts: dict[str, int], control_runs: i
         return "cannot tell", (f"no finding of medium or high severity reproduces on most of the control's "
                                f"{control_runs} seed(s), and no arm raised the truth beyond its interval")
     return "no setting cures it", f"no arm removed every finding on every seed: the cause is likely in code{masked}"
+
+
+def arm_names(first_runs: list[Path]) -> list[str]:
+    """A name per arm from the first run of the control and of each arm (the control's
+    first): the first part of its path that those runs do not all share
+    (`ablation/beta-0.2/seed0` -> `beta-0.2`; `a/trainer_state.json` -> `a`), numbered where
+    two agree."""
+    paths = [Path(run).parts for run in first_runs]
+    shared = 0
+    while all(len(p) > shared + 1 and p[shared] == paths[0][shared] for p in paths):
+        shared += 1
+    names = []
+    for i, (run, parts) in enumerate(zip(first_runs[1:], paths[1:]), start=1):
+        at = min(shared, len(parts) - 1)
+        name = Path(parts[at]).stem if at == len(parts) - 1 and Path(run).is_file() else parts[at]
+        name = name or f"arm{i}"
+        names.append(name if name not in names else f"{name}-{i}")
+    return names
+
