@@ -643,21 +643,18 @@ def _verify_by_preference(run: Path, result, judge_spec: Optional[str], template
     """verify --pair: both policies sampled on the run's held-out prompts, a comparison study
     of the two; with a judge, answered at once and its preference the verdict's truth."""
     _studies_extra()
+    _training_stack()
     from rlhflab.doctor import compare_tables, read_and_diagnose
-    from rlhflab.studies.build import Source
     from rlhflab.studies.design import StudyError
     from rlhflab.studies.pair_results import preference_change
-    from rlhflab.studies.pairs import build_pair_study
+    from rlhflab.verify import preference_study
 
-    study_dir = Path(result.rerun) / "studies" / "pairs"
-    before, after = Path(run).resolve().name, Path(result.rerun).resolve().name
     try:
-        sources = _sampled_sources([Source(before, Path(run)), Source(after, Path(result.rerun))], None, study_dir)
-        study, _ = build_pair_study(study_dir, sources, {})
-        links = study.ensure_raters(study.design.ratings_per_item)
+        study, links, (before, after) = preference_study(Path(run), Path(result.rerun), _sample_one)
     except StudyError as err:
         console.print(f"[red]error:[/red] {escape(str(err))}")
         raise typer.Exit(2) from None
+    study_dir = study.directory
     if judge_spec is None:
         print_comparison(result.comparison)
         console.print(f"comparison study {study_dir}: {study.item_count()} pairs; serve it to people with: "

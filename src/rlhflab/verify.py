@@ -87,3 +87,20 @@ def verify(run_dir: Path, fixes: list[str], out: Path | None = None, components=
     write_report(source.root, before_table, before, compare=after_table)
     write_report(target.root, after_table, after)
     return VerifyResult(target.root, before, after, comparison)
+
+
+def preference_study(run: Path, rerun_dir: Path, sample) -> tuple:
+    """`verify --pair`: both policies sampled on the run's held-out prompts (`sample` writes
+    each file, as `sample.sampled_sources` asks) and a blind comparison study of the two in
+    RERUN/studies/pairs; returns the study, its rater links and the two systems' names
+    (before, after). A source that cannot be sampled is a StudyError."""
+    from rlhflab.sample import sampled_sources
+    from rlhflab.studies.build import Source
+    from rlhflab.studies.pairs import build_pair_study
+
+    study_dir = Path(rerun_dir) / "studies" / "pairs"
+    before, after = Path(run).resolve().name, Path(rerun_dir).resolve().name
+    sources = sampled_sources([Source(before, Path(run)), Source(after, Path(rerun_dir))], None, study_dir, sample)
+    study, _ = build_pair_study(study_dir, sources, {})
+    return study, study.ensure_raters(study.design.ratings_per_item), (before, after)
+
