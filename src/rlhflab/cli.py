@@ -421,7 +421,7 @@ def doctor(
     html: Optional[Path] = typer.Option(None, "--html", help="Also write the report (curves, findings, the samples "
                                         "at each finding's onset) to this HTML file."),
     list_formats: bool = typer.Option(False, "--list-formats", help="List the log formats and exit."),
-    rules_doc: Optional[Path] = typer.Option(None, "--rules-doc", help="Rewrite the rule table in this markdown "
+    rules_doc: Optional[Path] = typer.Option(None, "--rules-doc", help="Rewrite the generated tables in this markdown "
                                              "file (docs/doctor.md) from the rule registry, and exit."),
     follow: bool = typer.Option(False, "--follow", help="Follow a log that is still being written: tell each "
                                 "finding when it first appears."),
@@ -464,7 +464,8 @@ def doctor(
         from rlhflab.doctor import write_rules_doc
 
         write_rules_doc(rules_doc)
-        console.print(f"wrote the rule table of {rules_doc}")
+        console.print(f"wrote the generated tables of {rules_doc} (rules, clues, spellings, impossible numbers, "
+                      "file kinds, trainers)")
         return
     if path is None:
         console.print("[red]error:[/red] give a log to diagnose (or --list-formats)")
