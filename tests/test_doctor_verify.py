@@ -118,3 +118,10 @@ def test_stop_on_is_one_tuple_of_rule_names_from_a_string_or_a_toml_list(tmp_pat
     save_config(config, tmp_path / "run" / "config.toml")
     assert 'stop_on = ["kl_explosion", "approxkl_high"]' in (tmp_path / "run" / "config.toml").read_text()
     assert config_from_run(tmp_path / "run").ppo.stop_on == ("kl_explosion", "approxkl_high")
+
+
+def test_stop_on_items_that_are_not_names_are_a_config_error(tmp_path):
+    config_file = tmp_path / "bad.toml"
+    config_file.write_text("[ppo]\nstop_on = [1]\n")
+    with pytest.raises(ConfigError, match="ppo.stop_on"):
+        load_config("smoke", config_file=config_file)

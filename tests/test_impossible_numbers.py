@@ -90,3 +90,11 @@ def test_a_nan_gradient_before_the_policy_ever_moved_points_at_the_arithmetic_no
     moved = next(f for f in diagnose(non_finite_gradient(healthy_records(3), kl_moves=True)).findings
                  if f.rule == "non_finite")
     assert moved.causes[0].component == "reward_scaling"  # the rule's own ranking
+
+
+def test_a_nan_gradient_in_a_console_printing_decimals_does_not_claim_the_policy_never_moved():
+    table = non_finite_gradient(healthy_records(3), kl_moves=False)
+    for name, series in list(table.series.items()):  # every number as a 3-decimal console prints it
+        table.series[name] = type(series)(series.steps, tuple(round(v, 3) for v in series.values))
+    finding = next(f for f in diagnose(table).findings if f.rule == "non_finite")
+    assert finding.causes[0].component == "reward_scaling"  # the rule's own ranking: 0.000 may be 4e-4

@@ -306,3 +306,19 @@ def test_a_run_directorys_report_shows_samples_at_each_onset(tmp_path):
     page = write_report(run, table, diagnosis).read_text()
     assert "Samples at step" in page and "open with <q>it was absolutely</q>" in page
     shutil.rmtree(run)
+
+
+def test_samples_are_found_in_the_nearest_output_directory_only(tmp_path):
+    """A trainer_state.json in run2/checkpoint-5 reads run2's samples, not those of a run
+    beside it in the experiment directory above."""
+    from rlhflab.doctor.formats.sample_files import CALLBACK_SAMPLES
+
+    for directory, text in ((tmp_path / "exp" / "run2", "mine"), (tmp_path / "exp", "a neighbour's")):
+        (directory / CALLBACK_SAMPLES).parent.mkdir(parents=True, exist_ok=True)
+        (directory / CALLBACK_SAMPLES).write_text(json.dumps({"step": 1, "prompt": "p", "completion": text,
+                                                              "reward": 0.5}) + "\n")
+    log = tmp_path / "exp" / "run2" / "checkpoint-5" / "trainer_state.json"
+    log.parent.mkdir(parents=True)
+    log.write_text("{}")
+    found = find_samples(log)
+    assert [s.samples[0].response for s in found] == ["mine"]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from rlhflab.doctor.findings import Cause, Change, Component, Fix
+from rlhflab.doctor.signals import printed_resolution
 from rlhflab.doctor.table import MetricTable
 
 CauseMaker = Callable[[MetricTable], Cause]
@@ -273,13 +274,16 @@ def _never_moved(table: MetricTable) -> Cause | None:
     logged = [s for s in kls if s is not None and len(s)]
     if not logged or any(v != 0.0 for s in logged for v in s.values):
         return None
+    # Exactly 0 only in a log that writes every digit: a console's 0.000 may be an early 4e-4.
+    if any(printed_resolution(table, s) > 0.0 for s in logged):
+        return None
     return Cause(optimizer_step(table).component, "the gradient is not finite while the policy never moved (its KL "
                                                   "exactly 0 wherever logged): the update's arithmetic or the "
                                                   "optimiser, not the reward's scale", None)
 
 
 NEVER_MOVED = Clue("never_moved", 9, _never_moved, "a NaN or Inf gradient norm or loss while every logged KL (to the "
-                   "reference, or approx-KL) is exactly 0: the policy never moved")
+                   "reference, or approx-KL) is exactly 0, in a log that writes every digit: the policy never moved")
 
 
 # --- ranking ----------------------------------------------------------------------------

@@ -169,13 +169,16 @@ def first_keys(path: Path) -> set[str]:
 @dataclass(frozen=True)
 class SampleFormat:
     """Where and how a trainer writes samples: `recognise` a file or directory of them,
-    `read` it, and `find` the ones a log of this trainer has beside it (none: [])."""
+    `read` it, and find the ones a log of this trainer has beside it: `find(log)` where the
+    log itself says (a run directory, a printed config), `in_output_dir(directory)` for a
+    trainer that writes them into its output directory (none: [])."""
 
     name: str
     description: str
     recognise: Callable[[Path], bool]
     read: Callable[..., SampleSet]
     find: Callable[[Path], list[SampleSet]] = lambda log: []
+    in_output_dir: Callable[[Path], list[SampleSet]] = lambda directory: []
 
 
 TABLE = SampleFormat("table", "any JSONL/CSV of step, prompt, completion, reward (--map THEIRS=sample/FIELD)",

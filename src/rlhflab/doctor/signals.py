@@ -5,7 +5,11 @@ from __future__ import annotations
 import bisect
 import heapq
 import statistics
-from typing import Callable, Sequence
+from collections import Counter
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    from rlhflab.doctor.table import MetricTable, Series
 
 
 def window(n: int) -> int:
@@ -122,3 +126,16 @@ def resolution(values: Sequence[float]) -> float:
         digits = len(mantissa.partition(".")[2].rstrip("0"))
         decimals = max(decimals, digits - int(exponent or 0))
     return 0.0 if decimals >= 15 else 0.5 * 10.0 ** -decimals
+
+
+def printed_resolution(table: MetricTable, series: Series) -> float:
+    """Half a unit of the last decimal the log printed this series with: the way the log
+    prints its non-integer series that vary (their most common resolution: a console
+    writing `%.3f` everywhere, a JSON log writing every digit), or the series' own where it
+    shows more digits. A series' own values alone do not tell it: a JSON log writes a
+    learning rate of 3e-4 as `0.0003`, and a constant series (all 0.000) shows nothing."""
+    own = resolution(series.values) if len(set(series.values)) > 1 else float("inf")
+    printed = [resolution(s.values) for name, s in table.series.items()
+               if name not in table.derived and len(set(s.values)) > 1 and any(v != int(v) for v in s.values)]
+    usual = Counter(printed).most_common(1)[0][0] if printed else 0.0
+    return min(own, usual)

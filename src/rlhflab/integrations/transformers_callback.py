@@ -90,8 +90,9 @@ class DoctorCallback(TrainerCallback):
 
     def follow_history(self, args, state) -> LiveLog:
         """The live log with the rows of `state.log_history` it does not hold yet (all of a
-        resumed run's at the first call)."""
-        if self.live is None:
+        resumed run's at the first call). A history shorter than the log is another training
+        (a second `train()`, a hyperparameter-search trial): read afresh."""
+        if self.live is None or len(state.log_history) < len(self.live.rows):
             self.live = LiveLog.of_transformers(args, self.mapping, self.output_dir or Path(args.output_dir))
         for row in state.log_history[len(self.live.rows):]:
             self.live.append(row)
@@ -136,6 +137,10 @@ class DoctorCallback(TrainerCallback):
                 lines.append(f"rlhflab doctor: the earlier run's {finding.rule} (from step {finding.onset_step}) is "
                              f"{status} at step {step}")
         return lines
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.live = None  # a new training (or a trial) is read from its own history
+        return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.sample_writer is not None and state.is_world_process_zero:

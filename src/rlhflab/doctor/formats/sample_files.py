@@ -14,18 +14,13 @@ from rlhflab.doctor.samples import TABLE, SampleFileError, SampleFormat, SampleS
 CALLBACK_SAMPLES = Path("rlhflab") / "samples.jsonl"
 
 
-def _callback_samples(log: Path) -> list[SampleSet]:
-    """The callback's file in the output directory: the log's directory or up to two above."""
-    base = log if log.is_dir() else log.parent
-    for directory in (base, base.parent, base.parent.parent):
-        if (directory / CALLBACK_SAMPLES).is_file():
-            return [read_table(directory / CALLBACK_SAMPLES)]
-    return []
+def _callback_samples(output_dir: Path) -> list[SampleSet]:
+    return [read_table(output_dir / CALLBACK_SAMPLES)] if (output_dir / CALLBACK_SAMPLES).is_file() else []
 
 
 CALLBACK = SampleFormat("callback", "OUTPUT_DIR/rlhflab/samples.jsonl, written by DoctorCallback(samples_of=...)",
                         lambda p: p.name == CALLBACK_SAMPLES.name and p.parent.name == CALLBACK_SAMPLES.parent.name,
-                        read_table, _callback_samples)
+                        read_table, in_output_dir=_callback_samples)
 # Recognised in this order: the specific layouts first, any table last.
 SAMPLE_FORMATS: tuple[SampleFormat, ...] = (rlhflab.SAMPLES, verl.SAMPLES, trl.SAMPLES, CALLBACK, TABLE)
 
@@ -43,8 +38,19 @@ def read_samples(path: Path, mapping: Mapping[str, str] | None = None) -> Sample
 
 
 def find_samples(log: Path) -> list[SampleSet]:
-    """The sample files the trainers' layouts put beside `log`: a run directory's own, else
-    every layout's that is there. Nothing found: []."""
+    """The sample files the trainers' layouts put beside `log`: a run directory's own; else
+    those written into the output directory (TRL's completions, the callback's file), the
+    nearest first: the log's directory, or up to two above it (trainer_state.json sits in
+    `checkpoint-N/`, TensorBoard events in `runs/DATE/`), stopping at the first that has
+    any, so that a neighbouring run's are not read; else the directories a log's printed
+    config names (veRL's dumps). Nothing found: []."""
     log = Path(log)
     own = rlhflab.SAMPLES.find(log)
-    return own or [found for fmt in SAMPLE_FORMATS[1:] for found in fmt.find(log)]
+    if own:
+        return own
+    base = log if log.is_dir() else log.parent
+    for directory in (base, base.parent, base.parent.parent):
+        found = [s for fmt in SAMPLE_FORMATS for s in fmt.in_output_dir(directory)]
+        if found:
+            return found
+    return [s for fmt in SAMPLE_FORMATS for s in fmt.find(log)]

@@ -291,18 +291,13 @@ def _is_trl(path: Path) -> bool:
 COMPLETIONS = "completions"
 
 
-def find_samples(log: Path) -> list[SampleSet]:
-    """`completions/` in the output directory: the log's directory or up to two above it
-    (trainer_state.json sits in `checkpoint-N/`, TensorBoard events in `runs/DATE/`)."""
-    base = log if log.is_dir() else log.parent
-    for directory in (base, base.parent, base.parent.parent):
-        if _is_trl(directory / COMPLETIONS):
-            return [read_samples(directory / COMPLETIONS)]
-    return []
+def completions_in(output_dir: Path) -> list[SampleSet]:
+    """`completions/` of an output directory, if it has one."""
+    return [read_samples(output_dir / COMPLETIONS)] if _is_trl(output_dir / COMPLETIONS) else []
 
 
 SAMPLES = SampleFormat("trl", "TRL GRPOTrainer completions/completions_*.parquet (log_completions=True)", _is_trl,
-                       read_samples, find_samples)
+                       read_samples, in_output_dir=completions_in)
 
 
 # --- launching it (an ablation plan for its log: doctor/plan.py) ---------------------------------

@@ -26,7 +26,10 @@ THRESHOLDS: dict[str, Threshold] = {t.name: t for r in RULES for t in r.threshol
 def rule_names(names) -> list[str]:
     """Rule names from a comma-separated string or a list (`ppo.stop_on`, `--stop-on`,
     `DoctorCallback(stop_on=...)`); an unknown name is a ValueError naming the known ones."""
-    names = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    items = names.split(",") if isinstance(names, str) else list(names)
+    if not all(isinstance(n, str) for n in items):
+        raise TypeError(f"expected rule names (strings), got {items!r}")
+    names = [n.strip() for n in items if n.strip()]
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         raise ValueError(f"unknown rule(s) {', '.join(unknown)}; known: {', '.join(RULE_NAMES)}")

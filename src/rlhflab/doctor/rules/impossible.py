@@ -15,7 +15,6 @@ run logs there (each member's floor, from labelled healthy runs, with its margin
 from __future__ import annotations
 
 import statistics
-from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,7 +22,7 @@ from rlhflab.doctor import causes
 from rlhflab.doctor.findings import Evidence
 from rlhflab.doctor.metrics import CANONICAL
 from rlhflab.doctor.rules.registry import Detection, Threshold, evidence, rule
-from rlhflab.doctor.signals import resolution
+from rlhflab.doctor.signals import printed_resolution, resolution
 from rlhflab.doctor.table import MetricTable, Series
 
 Pin = Literal["exactly 0", "exactly constant", "other than 1"]
@@ -48,19 +47,6 @@ SHARE = Threshold(
 
 
 # --- the log's precision ---------------------------------------------------------------------
-def printed_resolution(table: MetricTable, series: Series) -> float:
-    """Half a unit of the last decimal the log printed this series with: the way the log
-    prints its non-integer series that vary (their most common resolution: a console
-    writing `%.3f` everywhere, a JSON log writing every digit), or the series' own where it
-    shows more digits. A series' own values alone do not tell it: a JSON log writes a
-    learning rate of 3e-4 as `0.0003`, and a constant series (all 0.000) shows nothing."""
-    own = resolution(series.values) if len(set(series.values)) > 1 else float("inf")
-    printed = [resolution(s.values) for name, s in table.series.items()
-               if name not in table.derived and len(set(s.values)) > 1 and any(v != int(v) for v in s.values)]
-    usual = Counter(printed).most_common(1)[0][0] if printed else 0.0
-    return min(own, usual)
-
-
 def zero_visible(table: MetricTable, series: Series, floor: Threshold) -> bool:
     """Whether the log could have shown a healthy run's smallest value as nonzero."""
     return printed_resolution(table, series) < floor.value
@@ -70,13 +56,17 @@ def second_half(series: Series) -> range:
     return range(len(series) // 2, len(series))
 
 
-def pinned_at_zero(table: MetricTable, series: Series | None, floor: Threshold) -> list[int] | None:
-    """The second-half indices where `series` is exactly 0, when they are most of it and
-    the log's precision could have shown a healthy value; else None."""
-    if series is None or len(series) < 2 * MIN_STEPS or not zero_visible(table, series, floor):
+def pinned_at_zero(table: MetricTable, series: Series | None, floor: Threshold,
+                   share: Threshold = SHARE) -> list[int] | None:
+    """The second-half indices where `series` is exactly 0, when they are more than `share`
+    of it and the log's precision could have shown a healthy value; else None. The zeros
+    are counted first: the precision is read only for a series that has them."""
+    if series is None or len(series) < 2 * MIN_STEPS:
         return None
     zeros = [i for i in second_half(series) if series.values[i] == 0.0]
-    return zeros if len(zeros) >= MIN_STEPS and len(zeros) > SHARE.value * len(second_half(series)) else None
+    if len(zeros) < MIN_STEPS or len(zeros) <= share.value * len(second_half(series)):
+        return None
+    return zeros if zero_visible(table, series, floor) else None
 
 
 def policy_moves(table: MetricTable) -> str | None:
@@ -121,7 +111,7 @@ def dead_gradients(table: MetricTable) -> Detection | None:
     (every advantage 0: a group whose answers are all alike, a reward that no longer
     varies)."""
     g = table.get("policy/grad_norm")
-    dead = pinned_at_zero(table, g, GRAD_NORM_FLOOR)
+    dead = pinned_at_zero(table, g, GRAD_NORM_FLOOR, DEAD_GRAD_FRACTION)
     if dead is None:
         return None
     half = len(second_half(g))
@@ -154,11 +144,10 @@ CLIPFRAC_FLOOR = Threshold(
 def clip_never_clips(table: MetricTable) -> Detection | None:
     """Updates that move the policy while not one token is ever clipped: the clip range is off."""
     clipfrac, approxkl = table.get("policy/clipfrac"), table.get("policy/approxkl")
-    if len(clipfrac) < 10 or statistics.median(approxkl.values) <= CLIP_MOVING_APPROXKL.value \
-            or not zero_visible(table, clipfrac, CLIPFRAC_FLOOR):
+    if len(clipfrac) < 10 or statistics.median(approxkl.values) <= CLIP_MOVING_APPROXKL.value:
         return None
     silent = sum(1 for v in clipfrac.values if v == 0.0) / len(clipfrac)
-    if silent < CLIP_SILENT_SHARE.value:
+    if silent < CLIP_SILENT_SHARE.value or not zero_visible(table, clipfrac, CLIPFRAC_FLOOR):
         return None
     return Detection(
         f"the clip never clips: policy/clipfrac is 0 on {silent:.0%} of updates while approx-KL is "
