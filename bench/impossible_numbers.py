@@ -9,7 +9,8 @@ the smallest value the healthy runs log in their second half against the member'
 Labels: the faults bench's healthy seeds and the outside-bugs bench's healthy seeds are
 healthy; a zoo fault or an outside bug is labelled by its name; the real logs by
 MANIFEST.md (the veRL GSM8K run and the 100 f + g control are healthy); the TRL probe runs
-(bench/trl_side.py's healthy settings) are healthy.
+(bench/trl_side.py) count as healthy: no code bug, though some run at beta 0 (a setting, which
+moves the policy as much as any: what these floors need).
 """
 
 from __future__ import annotations

@@ -96,8 +96,8 @@ def _pinned_finding(table: MetricTable, metric: str, series: Series, pinned: lis
 # --- exactly 0 ---------------------------------------------------------------------------------
 GRAD_NORM_FLOOR = Threshold(
     "GRAD_NORM_FLOOR", 0.01,
-    "smallest policy gradient norm a healthy labelled run logs in its second half: rlhflab 0.94-1.15, veRL PPO on "
-    "GSM8K 3.4, TRL GRPO 0.63-1.19 (bench/impossible_numbers.py); a margin of 60x")
+    "smallest policy gradient norm a healthy run logs: 0.63 (TRL GRPO at beta 0.04) (bench/impossible_numbers.py, "
+    "healthy labelled runs, second half); a margin of 63x")
 DEAD_GRAD_FRACTION = Threshold(
     "DEAD_GRAD_FRACTION", 0.5,
     "of the run's second half with a gradient norm of exactly 0: an optimiser that steps on nothing; healthy "
@@ -134,8 +134,8 @@ CLIP_MOVING_APPROXKL = Threshold(
     "ratio outside [1 - eps, 1 + eps])")
 CLIPFRAC_FLOOR = Threshold(
     "CLIPFRAC_FLOOR", 5e-4,
-    "smallest nonzero clip fraction a healthy labelled run logs: TRL 0.24 PPO on math 5.2e-4, rlhflab 0.0068 "
-    "(bench/impossible_numbers.py)")
+    "smallest clip fraction a healthy run logs: 0.003 (veRL PPO on GSM8K, printed to 3 decimals) "
+    "(bench/impossible_numbers.py, healthy labelled runs, second half); a margin of 6x")
 
 
 @rule("clip_never_clips", "ppo_instability", requires=("policy/clipfrac", "policy/approxkl"),
@@ -161,9 +161,9 @@ def clip_never_clips(table: MetricTable) -> Detection | None:
 
 APPROXKL_FLOOR = Threshold(
     "APPROXKL_FLOOR", 1e-9,
-    "smallest approx-KL a healthy labelled run logs in its second half: TRL 1.12 PPO at lr 1.7e-6 1.4e-8, rlhflab "
-    "0.0028 (bench/impossible_numbers.py); a margin of 13x. A console printing 3 decimals cannot show it: veRL's "
-    "healthy GSM8K run prints 0.000 on 387 of 435 steps")
+    "smallest approx-KL a healthy run logs: 1.4e-8 (TRL 1.12 PPO at lr 1.7e-6) (bench/impossible_numbers.py, healthy "
+    "labelled runs, second half); a margin of 13x. A console printing 3 decimals cannot show it: veRL's healthy GSM8K "
+    "run prints 0.000 on 387 of 435 steps")
 
 
 @rule("updates_do_not_move", "ppo_instability", requires=("policy/approxkl", "policy/grad_norm"),
@@ -194,13 +194,12 @@ def updates_do_not_move(table: MetricTable) -> Detection | None:
 KL_FLOORS = {
     "kl/token_mean": Threshold(
         "KL_TOKEN_FLOOR", 1e-3,
-        "smallest per-token KL to the reference a labelled run logs in its second half: TRL GRPO (beta 0.04) "
-        "0.22, rlhflab 0.23, veRL PPO on GSM8K 0.27; 0.023 in the TRL GRPO run of the shared logs whose answers hit "
-        "the length limit (bench/impossible_numbers.py); a margin of 23x on the smallest"),
+        "smallest per-token KL to the reference a healthy run logs: 0.22 (TRL GRPO at beta 0.04) "
+        "(bench/impossible_numbers.py, healthy labelled runs, second half); a margin of 217x"),
     "kl/mean": Threshold(
         "KL_SEQUENCE_FLOOR", 0.01,
-        "smallest per-sequence KL to the reference a healthy labelled run logs in its second half: TRL 1.12 "
-        "PPO 0.62, rlhflab 1.9 (bench/impossible_numbers.py); a margin of 62x"),
+        "smallest per-sequence KL to the reference a healthy run logs: 0.62 (TRL 1.12 PPO) "
+        "(bench/impossible_numbers.py, healthy labelled runs, second half); a margin of 62x"),
 }
 KL_FLOORS["kl/k3_mean"] = KL_FLOORS["kl/mean"]
 
@@ -238,12 +237,12 @@ def kl_stuck_at_zero(table: MetricTable) -> Detection | None:
 
 VALUE_LOSS_FLOOR = Threshold(
     "VALUE_LOSS_FLOOR", 1e-4,
-    "smallest value loss a labelled run logs: DeepSpeed-Chat step 3 5.6e-4, veRL PPO on GSM8K 0.007, rlhflab 0.07 "
-    "(bench/impossible_numbers.py)")
+    "smallest value loss a healthy run logs: 0.018 (TRL 1.12 PPO) (bench/impossible_numbers.py, healthy labelled runs, "
+    "second half); a margin of 181x")
 ADV_STD_FLOOR = Threshold(
     "ADV_STD_FLOOR", 0.01,
-    "smallest advantage std a healthy labelled run logs: rlhflab 0.38 (only rlhflab logs it; "
-    "bench/impossible_numbers.py); a margin of 38x")
+    "smallest advantage std a healthy run logs: 0.38 (rlhflab; only rlhflab logs it) (bench/impossible_numbers.py, "
+    "healthy labelled runs, second half); a margin of 38x")
 
 
 def _zero_while_rewards_vary(table: MetricTable, metric: str, floor: Threshold, what: str,
@@ -282,8 +281,8 @@ def advantages_vanish(table: MetricTable) -> Detection | None:
 
 LR_FLOOR = Threshold(
     "LR_FLOOR", 1e-8,
-    "smallest learning rate a labelled run logs: schedules decaying to their last step, TRL 2.8e-7-5e-7 "
-    "(bench/impossible_numbers.py); a margin of 28x")
+    "smallest learning rate a healthy run logs: 5e-7 (TRL, a schedule decaying to its last step) "
+    "(bench/impossible_numbers.py, healthy labelled runs, second half); a margin of 50x")
 
 
 @rule("lr_schedule_ends_early", "ppo_instability", requires=("lr",), thresholds=(SHARE, LR_FLOOR),
@@ -305,9 +304,9 @@ def lr_schedule_ends_early(table: MetricTable) -> Detection | None:
 # --- exactly constant --------------------------------------------------------------------------
 ENTROPY_STEP_FLOOR = Threshold(
     "ENTROPY_STEP_FLOOR", 1e-3,
-    "smallest median step-to-step change of the policy's entropy a healthy labelled run logs in its second half: "
-    "veRL PPO on GSM8K 0.003 (printed to 3 decimals), rlhflab 0.034, TRL 0.05-0.25 (bench/impossible_numbers.py): "
-    "new samples each step move a sampled entropy even when the policy does not")
+    "smallest median step-to-step change of the policy's entropy a healthy run logs: 0.003 (veRL PPO on GSM8K, printed "
+    "to 3 decimals) (bench/impossible_numbers.py, healthy labelled runs, second half); a margin of 3x: new samples each"
+    " step move a sampled entropy even when the policy does not")
 
 
 @rule("entropy_frozen", "component_bug", requires=("policy/entropy",), thresholds=(ENTROPY_STEP_FLOOR,),
