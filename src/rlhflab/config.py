@@ -242,6 +242,45 @@ class ComputeConfig:
 
 
 @dataclass(frozen=True)
+class RolloutConfig:
+    """What samples stage 3's rollouts, and how the update corrects for a sampler that is not the trainer
+    (docs/implementation_details.md, "Rollouts on an inference engine")."""
+
+    engine: Literal["native", "vllm"] = "native"
+    """native: rlhflab's own decoder on the trained weights (the sampler is the trainer). vllm: a vLLM engine
+    started once per run from the policy's directory (each process its own under torchrun), the policy's
+    weights pushed to it after every update; needs the `vllm` extra (`make vllm` builds .venv-vllm)."""
+    correction: Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = "none"
+    """Importance sampling of the policy loss by trainer/sampler probability ratios (the trainer's old
+    logprobs over the sampler's): token_truncate is truncated IS (Yao et al. 2025, TIS: each token's loss
+    times min(ratio, max)); sequence_truncate the same on the sequence's ratio (the product over its tokens);
+    token_mask and sequence_mask drop (weight 0) tokens or whole sequences whose ratio is outside [min, max]
+    (masked IS, Liu et al. 2025; TRL's `vllm_importance_sampling_mode`, whose default is sequence_mask).
+    none: no correction (the native sampler's ratio is 1 up to float noise)."""
+    correction_max: Optional[float] = None
+    """The ratio's upper bound; unset: the published default of the mode: 2.0 for the truncations (Yao et al.
+    2025's C; veRL `algorithm.rollout_correction.rollout_is_threshold`), 3.0 for the masks (TRL
+    `vllm_importance_sampling_clip_max`)."""
+    correction_min: Optional[float] = None
+    """The masks' lower bound on the ratio; unset: none (TRL `vllm_importance_sampling_clip_min`)."""
+    vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """The dtype vLLM computes in; auto: the trainer's forwards' (float32, bfloat16 under compute.bf16), not
+    vLLM's own auto, which runs a float32 checkpoint in half precision."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """On a GPU, the share of its memory vLLM takes for weights and KV cache (the trainer needs the rest)."""
+
+    def correction_bounds(self) -> tuple[float | None, float]:
+        """(min, max) of the ratio the correction uses, the published default where unset."""
+        high = self.correction_max if self.correction_max is not None else PUBLISHED_CORRECTION_MAX[self.correction]
+        return self.correction_min, high
+
+
+# The upper bound each correction's publishers use by default (RolloutConfig.correction_max).
+PUBLISHED_CORRECTION_MAX = {"none": math.inf, "token_truncate": 2.0, "sequence_truncate": 2.0,
+                            "token_mask": 3.0, "sequence_mask": 3.0}
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     """All three stages on the embedded `reviews` world."""
 
@@ -257,6 +296,7 @@ class PipelineConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     components: tuple[tuple[str, str], ...] = ()
     """The PPO components a run used (`[components]` in config.toml: a `PPOComponents` field = the function's
     `module:qualname`, or "default"), recorded when the run starts; empty: the defaults with the fault's
@@ -272,7 +312,7 @@ class PipelineConfig:
         return dict(self.components)
 
 
-SECTIONS = ("world", "pretrain", "reward", "ppo", "data", "distributed", "lora", "compute")
+SECTIONS = ("world", "pretrain", "reward", "ppo", "data", "distributed", "lora", "compute", "rollout")
 # Config keys naming a file or directory that must exist, and which.
 _PATHS = {"data.model": "dir", "data.sft": "file", "data.preferences": "file", "data.reward_base": "dir",
           "data.prompts": "file", "data.policy": "dir", "data.reward_model": "dir"}
@@ -329,6 +369,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "pretrain.dropout": (0.0, 0.9),
     "lora.dropout": (0.0, 0.9),
     "data.heldout_fraction": (0.0, 0.5),
+    "rollout.vllm_gpu_memory_utilization": (0.01, 1.0),
 }
 _POSITIVE = {
     "pretrain.steps", "pretrain.lr", "pretrain.batch_size", "pretrain.corpus_size",
@@ -338,7 +379,7 @@ _POSITIVE = {
     "reward.batch_size", "reward.response_length", "reward.responses_per_prompt", "reward.sample_temperature",
     "ppo.iterations", "ppo.batch_size", "ppo.response_length", "ppo.epochs",
     "ppo.minibatches", "ppo.lr", "ppo.kl_target", "ppo.kl_horizon", "ppo.eval_prompts", "ppo.doctor_every",
-    "ppo.max_nonfinite_iterations", "lora.alpha",
+    "ppo.max_nonfinite_iterations", "lora.alpha", "rollout.correction_max", "rollout.correction_min",
 }
 
 
@@ -497,6 +538,16 @@ def _check_consistency(config: PipelineConfig) -> None:
                           "RUN/stage1_lm, scored by a reward model of the same tokenizer")
     if pre.n_embd % pre.n_head:
         raise ConfigError(f"pretrain.n_embd = {pre.n_embd} must be divisible by pretrain.n_head = {pre.n_head}")
+    rollout = config.rollout
+    low, high = rollout.correction_bounds()
+    if low is not None and low >= high:
+        raise ConfigError(f"rollout.correction_min = {low} must be below rollout.correction_max = {high}")
+    if rollout.engine != "native" and config.lora.rank:
+        raise ConfigError(f"rollout.engine = {rollout.engine!r} with lora.rank = {config.lora.rank}: pushing adapted "
+                          "weights to an inference engine is not supported; use rollout.engine = 'native' under LoRA")
+    if rollout.engine != "native" and config.distributed.strategy == "fsdp2":
+        raise ConfigError(f"rollout.engine = {rollout.engine!r} with distributed.strategy = 'fsdp2': every process's "
+                          "engine needs the whole weights after each update; use ddp (or rollout.engine = 'native')")
 
 
 

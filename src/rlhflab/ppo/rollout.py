@@ -138,7 +138,7 @@ def make_rollout(state: PPOState, prompts: list[str], generator: torch.Generator
     # FSDP2 gathers the policy once for the whole rollout (under LoRA the reference is the
     # policy with its adapters off, so its forward needs the policy's weights too).
     with engine.full_weights(policy):
-        share = sample_share(c.sample, policy.lm, tokenizer, prompts, response_length, temperature, generator,
+        share = sample_share(state.sampler, policy.lm, tokenizer, prompts, response_length, temperature, generator,
                              cluster)
         samples = share.samples
         mask = c.response_mask(samples.mask)

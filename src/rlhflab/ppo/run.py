@@ -62,6 +62,7 @@ def run_ppo(
     checkpoint_dir = run.checkpoints / "ppo"
     if resume and has_checkpoint(checkpoint_dir):
         point = load_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller)
+        state.sampler.push(state.policy.lm)  # an engine started on the stage-1 weights samples the restored ones
         records = read_jsonl(run.metrics("ppo"))[: point.metrics_lines]
         kept = read_jsonl(run.samples("ppo"))[: point.samples_lines] if run.samples("ppo").is_file() else []
         cluster.barrier()  # every process has read the files before the first one cuts them

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from rlhflab.config import DistributedConfig, PipelineConfig, PPOConfig
+from rlhflab.config import DistributedConfig, PipelineConfig, PPOConfig, RolloutConfig
 from rlhflab.distributed import Cluster
 from rlhflab.engines import Engine, SingleEngine, make_engine
 from rlhflab.metrics.diversity import distinct_n, identical_fraction, self_bleu
@@ -31,8 +31,10 @@ from rlhflab.models.reward_model import load_reward_model, load_reward_tokenizer
 from rlhflab.models.value_head import PolicyWithValue
 from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents
+from rlhflab.ppo.correction import Correction, correction_metrics, importance_weights, mismatch_metrics
 from rlhflab.ppo.kl import KLController, kl_estimate
 from rlhflab.ppo.rollout import RewardFunction, Rollout, make_rollout, reward_encoder
+from rlhflab.ppo.samplers import NativeSampler, Sampler, start_sampler
 from rlhflab.runs import RunDir
 from rlhflab.seeding import RowStreams, derive_seed, torch_generator
 from rlhflab.sources import policy_dir, reward_model_dir
@@ -53,6 +55,12 @@ class PPOState:
     cluster: Cluster = field(default_factory=Cluster.single)
     engine: Engine = field(default_factory=lambda: SingleEngine(DistributedConfig(), Cluster.single()))
     wrapper: torch.nn.Module | None = None  # the policy inside the engine's wrapper (DDP); None: no wrapper
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    sampler: Sampler | None = None  # None: the `sample` component on the trained weights (NativeSampler)
+
+    def __post_init__(self) -> None:
+        if self.sampler is None:
+            self.sampler = NativeSampler(self.components.sample)
 
     @property
     def trained(self) -> torch.nn.Module:
@@ -80,8 +88,11 @@ def compute_advantages(state: PPOState, rollout: Rollout) -> Advantages:
     return Advantages(rewards, kl, advantages, raw, returns)
 
 
-def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: torch.Generator) -> dict[str, float]:
-    """`epochs` passes of `minibatches` clipped-PPO steps over one rollout batch."""
+def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: torch.Generator,
+               correction: Correction | None = None) -> dict[str, float]:
+    """`epochs` passes of `minibatches` clipped-PPO steps over one rollout batch; with a
+    `correction`, each token's policy loss weighted by its importance weight (a weight w >= 0
+    on the advantage is w on the clipped objective: min(r wA, clip(r) wA) = w min(rA, clip(r) A))."""
     cfg, c, cluster = state.config, state.components, state.cluster
     totals: dict[str, float] = {}
     ratio_max, n, skipped = 0.0, 0, 0
@@ -97,7 +108,8 @@ def ppo_update(state: PPOState, rollout: Rollout, adv: Advantages, generator: to
         logits, values = state.trained(mb.input_ids, mb.attention_mask, mb.prompt_len, cfg.temperature,
                                       c.response_logits)
         logprobs = losses.logprobs_from_logits(logits, mb.response_ids)
-        pg_loss, pg = c.policy_loss(logprobs, mb.logprobs, adv.advantages[index], mb.mask, cfg.clip_eps)
+        advantages = adv.advantages[index] if correction is None else adv.advantages[index] * correction.weights[index]
+        pg_loss, pg = c.policy_loss(logprobs, mb.logprobs, advantages, mb.mask, cfg.clip_eps)
         vf_loss, vf = c.value_loss(values, mb.values, adv.returns[index], mb.mask, cfg.value_clip_eps)
         # Without a bonus the entropy is only logged: keep it out of the graph.
         entropy = c.entropy(logits if cfg.entropy_coef else logits.detach(), mb.mask)
@@ -140,10 +152,18 @@ def ppo_iteration(state: PPOState, prompts: list[str], seed: int, step: int) -> 
     adv = compute_advantages(state, rollout)
     advantages_s = time.perf_counter() - start
     kl_coef = state.controller.value
+    low, high = state.rollout.correction_bounds()
+    correction = importance_weights(rollout.logprobs, rollout.sampled_logprobs, rollout.mask,
+                                    state.rollout.correction, low, high)
     start = time.perf_counter()
-    update = ppo_update(state, rollout, adv, torch_generator(seed, "ppo", "minibatches", str(step)))
+    update = ppo_update(state, rollout, adv, torch_generator(seed, "ppo", "minibatches", str(step)), correction)
     train_s = time.perf_counter() - start
-    metrics = rollout_metrics(rollout, adv, kl_coef) | update
+    # The sampler gets the updated weights now, and only now: the next rollout is on-policy.
+    start = time.perf_counter()
+    state.sampler.push(state.policy.lm)
+    sync_s = time.perf_counter() - start
+    metrics = rollout_metrics(rollout, adv, kl_coef, full_mismatch=state.sampler.name != "native") | update
+    metrics |= correction_metrics(correction, rollout.mask)
     if math.isfinite(metrics["kl/mean"]):  # a NaN would stay in an adaptive beta for good
         state.controller.update(state.components.kl_signal(metrics), len(prompts))
     metrics |= {
@@ -152,6 +172,7 @@ def ppo_iteration(state: PPOState, prompts: list[str], seed: int, step: int) -> 
         "time/score_s": timings.score,
         "time/advantages_s": advantages_s,
         "time/train_s": train_s,
+        "time/sync_s": sync_s,
     }
     device = next(state.policy.parameters()).device
     if device.type == "cuda":
@@ -159,8 +180,11 @@ def ppo_iteration(state: PPOState, prompts: list[str], seed: int, step: int) -> 
     return rollout, metrics
 
 
-def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[str, float]:
-    """Reward, KL, advantage and response statistics of one rollout batch (before the update)."""
+def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float, full_mismatch: bool = False
+                    ) -> dict[str, float]:
+    """Reward, KL, advantage and response statistics of one rollout batch (before the
+    update), and its sampler/trainer mismatch: the logprob gap always, and with
+    `full_mismatch` (a sampler that is not the trainer) its KL and importance ratio too."""
     mask = rollout.mask
     log_ratio = (rollout.logprobs - rollout.ref_logprobs) * mask
     k1 = log_ratio.sum(1)
@@ -168,6 +192,7 @@ def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[s
     lengths = mask.sum(1).float()
     # Undefined (and left out) when every response has the same length, e.g. none ends.
     length_corr = pearson(rollout.proxy, lengths)
+    mismatch = mismatch_metrics(rollout.logprobs, rollout.sampled_logprobs, mask)
     return {
         "reward/proxy_mean": float(rollout.proxy.mean()),
         "reward/proxy_std": float(rollout.proxy.std()),
@@ -189,9 +214,10 @@ def rollout_metrics(rollout: Rollout, adv: Advantages, kl_coef: float) -> dict[s
         "response/identical_frac": identical_fraction(rollout.responses),
         "prompts/unique_frac": len(set(rollout.prompts)) / len(rollout.prompts),
         "tokens/generated": float(mask.sum()),
-        # The sampler's logprobs (its KV-cache passes) against the padded training forward's for the
-        # same tokens: float noise when both are one model, growing when the sampler's weights lag.
-        "mismatch/logp_abs_diff": float(masked_mean((rollout.sampled_logprobs - rollout.logprobs).abs(), mask)),
+        # The sampler's logprobs (its KV-cache passes, or the engine's) against the padded training
+        # forward's for the same tokens: float noise when both are one model, growing when the
+        # sampler's weights lag.
+        **(mismatch if full_mismatch else {"mismatch/logp_abs_diff": mismatch["mismatch/logp_abs_diff"]}),
     }
 
 
@@ -221,8 +247,10 @@ def build_ppo_state(config: PipelineConfig, policy_dir: Path, reward_dir: Path, 
                             components.score, components.reward_transform, encode)
     trained = engine.trained(policy)
     optimizer = adam([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, eps=1e-5)
+    sampler = start_sampler(components.sample, policy_dir, config.rollout,
+                            derive_seed(config.ppo_seed, "ppo-sampler", str(cluster.rank)), device)
     return PPOState(cfg, policy, reference, reward, tokenizer, optimizer, components.make_kl_controller(cfg), components,
-                    cluster, engine, None if trained is policy else trained)
+                    cluster, engine, None if trained is policy else trained, config.rollout, sampler)
 
 
 def shares_parameters(a: torch.nn.Module, b: torch.nn.Module) -> bool:

@@ -1,0 +1,68 @@
+"""What samples stage 3's rollouts (`rollout.engine`): rlhflab's own decoder on the
+trained weights, or an inference engine that holds a copy of them, pushed to it after
+every update. Both are called like the `sample` component (`seams.Sample`) and return
+the tokens they drew with the logprobs they drew them at; the trainer recomputes its own
+for the update (rollout.py), and the gap between the two is the mismatch it logs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+import torch
+from torch import Tensor
+
+from rlhflab.config import RolloutConfig
+from rlhflab.models.sampling import Samples
+from rlhflab.ppo import seams
+from rlhflab.seeding import RowStreams
+
+
+class Sampler(Protocol):
+    """A rollout sampler: `seams.Sample` plus `push`, told the policy's weights after every update."""
+
+    name: str
+
+    def __call__(self, model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int,
+                 temperature: float, eos_id: int, pad_id: int, generator: torch.Generator | RowStreams) -> Samples: ...
+
+    def push(self, lm: torch.nn.Module) -> None: ...
+
+
+@dataclass(frozen=True)
+class NativeSampler:
+    """The `sample` component on the trained weights themselves: nothing to push."""
+
+    sample: seams.Sample
+    name = "native"
+
+    def __call__(self, model, prompt_ids, prompt_mask, max_new_tokens, temperature, eos_id, pad_id,
+                 generator) -> Samples:
+        return self.sample(model, prompt_ids, prompt_mask, max_new_tokens, temperature, eos_id, pad_id, generator)
+
+    def push(self, lm: torch.nn.Module) -> None:
+        pass
+
+
+def _native(sample: seams.Sample, policy_dir: Path, config: RolloutConfig, seed: int, device: torch.device
+            ) -> Sampler:
+    return NativeSampler(sample)
+
+
+def _vllm(sample: seams.Sample, policy_dir: Path, config: RolloutConfig, seed: int, device: torch.device
+          ) -> Sampler:
+    from rlhflab.models.vllm_sampler import VLLMSampler
+
+    return VLLMSampler(policy_dir, config, seed, device)
+
+
+# rollout.engine -> how to start it: (the sample component, the policy's directory, the
+# rollout config, a seed, the device) -> Sampler.
+SAMPLERS: dict[str, Callable[..., Sampler]] = {"native": _native, "vllm": _vllm}
+
+
+def start_sampler(sample: seams.Sample, policy_dir: Path, config: RolloutConfig, seed: int,
+                  device: torch.device) -> Sampler:
+    """The sampler `config.engine` names, started on the weights of `policy_dir`."""
+    return SAMPLERS[config.engine](sample, policy_dir, config, seed, device)
