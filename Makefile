@@ -16,7 +16,7 @@ TRL_STAMP := $(TRL_VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: install demo lint test bench bench-trl vllm clean
+.PHONY: install demo lint test test-vllm bench bench-trl vllm clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,7 @@ $(TRL_STAMP): bench/trl-requirements.txt
 	$(TRL_VENV)/bin/pip install --quiet --no-deps -e . && $(TRL_VENV)/bin/pip install --quiet vaderSentiment
 	touch $(TRL_STAMP)
 
-$(VLLM_STAMP): bench/vllm-requirements.txt
+$(VLLM_STAMP): bench/vllm-requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet $(TORCH)
 	$(VLLM_VENV)/bin/pip install --quiet -r bench/vllm-requirements.txt
@@ -59,6 +59,10 @@ $(VLLM_STAMP): bench/vllm-requirements.txt
 	touch $(VLLM_STAMP)
 
 vllm: $(VLLM_STAMP)
+
+# The engine path's tests, in the venv that has vLLM (skipped in .venv).
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_sampler.py
 
 bench-trl: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/compare_trl.py --repeats 3 --iterations 3
@@ -105,4 +109,4 @@ bench: $(STAMP) $(TRL_STAMP)
 		--healthy runs/bench/demo-seed0 runs/bench/demo-seed1 runs/bench/demo-seed2 --doc docs/benchmarks.md
 
 clean:
-	rm -rf $(VENV) $(TRL_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(TRL_VENV) $(VLLM_VENV) runs .pytest_cache

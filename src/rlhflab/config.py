@@ -268,6 +268,9 @@ class RolloutConfig:
     vLLM's own auto, which runs a float32 checkpoint in half precision."""
     vllm_gpu_memory_utilization: float = 0.3
     """On a GPU, the share of its memory vLLM takes for weights and KV cache (the trainer needs the rest)."""
+    vllm_kv_cache_gib: Optional[float] = None
+    """vLLM's KV cache, in GiB; unset: on a GPU, what vllm_gpu_memory_utilization leaves; on the CPU, 1 GiB
+    (there vLLM would otherwise reserve vllm_gpu_memory_utilization of the machine's RAM)."""
 
     def correction_bounds(self) -> tuple[float | None, float]:
         """(min, max) of the ratio the correction uses, the published default where unset."""
@@ -380,6 +383,7 @@ _POSITIVE = {
     "ppo.iterations", "ppo.batch_size", "ppo.response_length", "ppo.epochs",
     "ppo.minibatches", "ppo.lr", "ppo.kl_target", "ppo.kl_horizon", "ppo.eval_prompts", "ppo.doctor_every",
     "ppo.max_nonfinite_iterations", "lora.alpha", "rollout.correction_max", "rollout.correction_min",
+    "rollout.vllm_kv_cache_gib",
 }
 
 

@@ -53,6 +53,17 @@ def engine_dtype(setting: str, device: torch.device) -> str:
     return str(forward_dtype(device)).removeprefix("torch.")
 
 
+CPU_KV_CACHE_GIB = 1.0  # rollout.vllm_kv_cache_gib's default on the CPU
+
+
+def kv_cache_bytes(config: RolloutConfig, device: torch.device) -> int | None:
+    """The KV cache vLLM gets: `vllm_kv_cache_gib`, else on the CPU CPU_KV_CACHE_GIB, else
+    (None) what `vllm_gpu_memory_utilization` leaves of the GPU."""
+    gib = config.vllm_kv_cache_gib if config.vllm_kv_cache_gib is not None else (
+        CPU_KV_CACHE_GIB if device.type == "cpu" else None)
+    return None if gib is None else int(gib * 2**30)
+
+
 class VLLMSampler:
     """A vLLM engine holding a copy of the policy's weights, pushed after every update."""
 
@@ -67,6 +78,7 @@ class VLLMSampler:
             # tiny model gains nothing from them.
             enforce_eager=True,
             gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+            kv_cache_memory_bytes=kv_cache_bytes(config, device),
             **({"device": device.type} if device.type == "cuda" else {}),
         )
         self.pushes = 0

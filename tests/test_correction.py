@@ -1,0 +1,147 @@
+"""Importance-sampling corrections and the mismatch metrics against hand computations, the
+rollout config's keys, and the sampler seam (a sampler is pushed the weights after every
+update, and only then)."""
+
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import replace
+
+import pytest
+import torch
+
+from rlhflab.config import PUBLISHED_CORRECTION_MAX, ConfigError, RolloutConfig, load_config
+from rlhflab.ppo import losses
+from rlhflab.ppo.components import PPOComponents
+from rlhflab.ppo.correction import correction_metrics, importance_weights, mismatch_metrics
+from rlhflab.ppo.samplers import SAMPLERS, NativeSampler, start_sampler
+
+# Two responses, three positions; the second has a padded last position.
+TRAINER = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -0.7, 0.0]])
+SAMPLER = torch.tensor([[-1.5, -1.0, -0.5], [-0.2, -0.9, -4.0]])
+MASK = torch.tensor([[True, True, True], [True, True, False]])
+
+
+def test_token_truncation_is_min_of_ratio_and_cap():
+    c = importance_weights(TRAINER, SAMPLER, MASK, "token_truncate", None, 1.5)
+    expected = torch.tensor([[1.5, math.exp(-1.0), 1.0], [math.exp(-0.1), math.exp(0.2), 0.0]])
+    torch.testing.assert_close(c.weights, expected)
+    assert c.changed_frac == pytest.approx(1 / 5)  # only exp(0.5) = 1.65 was cut
+
+
+def test_sequence_truncation_uses_the_product_of_the_real_tokens_ratios():
+    c = importance_weights(TRAINER, SAMPLER, MASK, "sequence_truncate", None, 1.0)
+    first, second = math.exp(0.5 - 1.0 + 0.0), math.exp(-0.1 + 0.2)  # the padded -4.0 is not a token
+    expected = torch.tensor([[first] * 3, [min(second, 1.0), min(second, 1.0), 0.0]])
+    torch.testing.assert_close(c.weights, expected)
+    assert c.changed_frac == pytest.approx(2 / 5)  # the second sequence's ratio 1.105 was cut to 1
+
+
+def test_masks_zero_what_falls_outside_the_bounds():
+    token = importance_weights(TRAINER, SAMPLER, MASK, "token_mask", 0.5, 1.5)
+    expected = torch.tensor([[0.0, 0.0, 1.0], [math.exp(-0.1), math.exp(0.2), 0.0]])
+    torch.testing.assert_close(token.weights, expected)
+    assert token.changed_frac == pytest.approx(2 / 5)
+    sequence = importance_weights(TRAINER, SAMPLER, MASK, "sequence_mask", 0.7, 3.0)
+    # first sequence: exp(-0.5) = 0.607 < 0.7, dropped whole; second: exp(0.1) kept
+    expected = torch.tensor([[0.0, 0.0, 0.0], [math.exp(0.1), math.exp(0.1), 0.0]])
+    torch.testing.assert_close(sequence.weights, expected)
+
+
+def test_no_correction_and_a_perfect_match():
+    assert importance_weights(TRAINER, SAMPLER, MASK, "none", None, math.inf) is None
+    assert correction_metrics(None, MASK) == {}
+    same = importance_weights(TRAINER, TRAINER, MASK, "token_truncate", None, 2.0)
+    torch.testing.assert_close(same.weights, MASK.float())
+    assert same.changed_frac == 0.0
+
+
+def test_a_weight_on_the_advantage_weights_the_clipped_objective():
+    """PPO's loss with advantages w*A is the token mean of w * max(-rA, -clip(r)A), by hand."""
+    logprobs = torch.tensor([[-0.9, -2.5, -0.4], [-0.1, -0.7, 0.0]])
+    advantages = torch.tensor([[1.0, -2.0, 0.5], [-1.0, 3.0, 0.0]])
+    weights = importance_weights(TRAINER, SAMPLER, MASK, "token_truncate", None, 1.5).weights
+    loss, _ = losses.policy_loss(logprobs, TRAINER, advantages * weights, MASK, 0.2)
+    hand, n = 0.0, 0
+    for b in range(2):
+        for t in range(3):
+            if not MASK[b, t]:
+                continue
+            r = math.exp(float(logprobs[b, t] - TRAINER[b, t]))
+            a, w = float(advantages[b, t]), float(weights[b, t])
+            hand += w * max(-r * a, -min(max(r, 0.8), 1.2) * a)
+            n += 1
+    assert float(loss) == pytest.approx(hand / n, rel=1e-6)
+
+
+def test_mismatch_metrics_by_hand():
+    m = mismatch_metrics(TRAINER, SAMPLER, MASK)
+    diffs = [0.5, -1.0, 0.0, -0.1, 0.2]
+    assert m["mismatch/logp_abs_diff"] == pytest.approx(sum(abs(d) for d in diffs) / 5, rel=1e-6)
+    # k3 of KL(sampler || trainer) from the sampler's draws: r - 1 - log r, r = p_trainer / p_sampler
+    assert m["mismatch/kl"] == pytest.approx(sum(math.exp(d) - 1 - d for d in diffs) / 5, rel=1e-5)
+    assert m["mismatch/is_ratio_mean"] == pytest.approx(sum(math.exp(d) for d in diffs) / 5, rel=1e-6)
+
+
+def test_rollout_config_keys_and_their_errors():
+    config = load_config("smoke", overrides=["rollout.correction=token_truncate"])
+    assert config.rollout.correction_bounds() == (None, PUBLISHED_CORRECTION_MAX["token_truncate"]) == (None, 2.0)
+    masked = load_config("smoke", overrides=["rollout.correction=sequence_mask", "rollout.correction_min=0.5"])
+    assert masked.rollout.correction_bounds() == (0.5, 3.0)
+    with pytest.raises(ConfigError, match="rollout.engine"):
+        load_config("smoke", overrides=["rollout.engine=sglang"])
+    with pytest.raises(ConfigError, match="correction_min"):
+        load_config("smoke", overrides=["rollout.correction=token_mask", "rollout.correction_min=4"])
+    with pytest.raises(ConfigError, match="lora.rank"):
+        load_config("smoke", overrides=["rollout.engine=vllm", "lora.rank=4"])
+    with pytest.raises(ConfigError, match="fsdp2"):
+        load_config("smoke", overrides=["rollout.engine=vllm", "distributed.strategy=fsdp2"])
+    assert set(SAMPLERS) == set(typing.get_args(typing.get_type_hints(RolloutConfig)["engine"]))
+
+
+def test_choosing_vllm_without_it_installed_names_what_to_install(tmp_path):
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(ConfigError, match="make vllm"):
+        start_sampler(None, tmp_path, RolloutConfig(engine="vllm"), 0, torch.device("cpu"))
+
+
+class CountingSampler:
+    """The sample component, counting the weights it is pushed (by their sum)."""
+
+    name = "native"
+
+    def __init__(self, sample) -> None:
+        self.sample, self.pushes = sample, []
+
+    def __call__(self, *args):
+        return self.sample(*args)
+
+    def push(self, lm) -> None:
+        self.pushes.append(sum(float(p.detach().sum()) for p in lm.parameters()))
+
+
+def test_the_sampler_is_pushed_the_updated_weights_once_per_iteration(smoke_run):
+    from rlhflab.ppo.trainer import load_ppo_state, ppo_iteration
+    from rlhflab.worlds.reviews import ReviewsWorld
+
+    config = load_config("smoke", overrides=["rollout.correction=token_truncate"])
+    state = load_ppo_state(config, smoke_run, PPOComponents())
+    assert isinstance(state.sampler, NativeSampler) and state.rollout == config.rollout
+    sampler = CountingSampler(state.components.sample)
+    state = replace(state, sampler=sampler)
+    world = ReviewsWorld(config.world)
+    for step in range(2):
+        before = sum(float(p.detach().sum()) for p in state.policy.lm.parameters())
+        _, metrics = ppo_iteration(state, world.prompts(config.ppo.batch_size, step), 0, step)
+        assert len(sampler.pushes) == step + 1  # one push, after the update: the weights it was given moved
+        assert sampler.pushes[-1] != before
+        # the native sampler is the trainer: every weight 1 up to float noise, none cut
+        assert metrics["correction/weight_mean"] == pytest.approx(1.0, abs=1e-4)
+        assert metrics["correction/changed_frac"] == 0.0
+        assert "mismatch/kl" not in metrics  # logged only where the sampler is not the trainer
