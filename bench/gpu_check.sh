@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # PPO at a realistic size on every GPU of this node (bench/gpu_check.py): a ~0.5B
 # Llama-style policy built from a config (no download), full fine-tuning and LoRA, FSDP2
-# over all GPUs; time per iteration, tokens per second, peak memory per GPU and the
-# doctor's verdict go to OUT/results.json and OUT/results.md.
+# over all GPUs, and on one GPU rlhflab's sampler against vLLM's (rollout.engine=vllm);
+# time per iteration, tokens per second, peak memory per GPU, the sampler/trainer
+# logprob gap and the doctor's verdict go to OUT/results.json and OUT/results.md.
 #
 #   bash bench/gpu_check.sh [OUT]        # default OUT: runs/gpu-check
 #
-# Needs the repository's .venv with a CUDA build of torch (make install on a GPU machine).
+# Needs the repository's .venv with a CUDA build of torch (make install on a GPU machine),
+# and vLLM in it for the vLLM variant (pip install '.[vllm]'; skipped without it).
 # Without a CUDA GPU it refuses, runs nothing and exits 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."

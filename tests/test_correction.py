@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import typing
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -145,3 +146,53 @@ def test_the_sampler_is_pushed_the_updated_weights_once_per_iteration(smoke_run)
         assert metrics["correction/weight_mean"] == pytest.approx(1.0, abs=1e-4)
         assert metrics["correction/changed_frac"] == 0.0
         assert "mismatch/kl" not in metrics  # logged only where the sampler is not the trainer
+
+
+def test_the_doctors_fix_for_a_mismatch_is_a_correction_in_rlhflabs_keys():
+    """rlhflab's vocabulary turns the correction on as a mode (a key that takes no `true`),
+    verify reruns stage 3 only for it, and a run that already corrects gets no such fix."""
+    from rlhflab.doctor import DIALECTS, Change, RunSettings, render_change
+    from rlhflab.doctor.causes import sampler_mismatch
+    from rlhflab.doctor.formats.rlhflab import settings_from_config
+    from rlhflab.verify import first_stage_to_rerun
+
+    vocabulary = DIALECTS["rlhflab"].vocabulary
+    change = render_change(vocabulary, Change("importance_sampling_correction", "set", True))
+    assert change == "rollout.correction=token_truncate"
+    key, value = change.split("=")
+    assert load_config("smoke", overrides=[change]).rollout.correction == value
+    assert first_stage_to_rerun({key: value}) == "ppo"
+    assert settings_from_config({"rollout": {"correction": "none"}})["importance_sampling_correction"] is False
+    assert settings_from_config({"rollout": {"correction": "sequence_mask"}})["importance_sampling_correction"] is True
+
+    on, off = (SimpleNamespace(settings=RunSettings(importance_sampling_correction=v)) for v in (True, False))
+    assert sampler_mismatch(off).fix is not None
+    assert sampler_mismatch(on).fix is None
+
+
+class RefusingSampler:
+    """A rollout sampler that must not be used."""
+
+    name = "refusing"
+
+    def __call__(self, *args):
+        raise AssertionError("the evaluation sampled with the rollout's sampler")
+
+    def push(self, lm) -> None:
+        pass
+
+
+def test_the_evaluation_samples_the_trained_weights_not_the_rollout_sampler(smoke_run):
+    """Whatever samples the rollouts, the held-out evaluation samples the policy itself: a
+    weight sync that did not take cannot hide in eval.json."""
+    from rlhflab.ppo.evaluation import evaluate_policy
+    from rlhflab.ppo.trainer import load_ppo_state
+    from rlhflab.seeding import RowStreams
+    from rlhflab.worlds.reviews import ReviewsWorld
+
+    config = load_config("smoke")
+    state = replace(load_ppo_state(config, smoke_run, PPOComponents()), sampler=RefusingSampler())
+    world = ReviewsWorld(config.world)
+    prompts = world.prompts(8, 5)
+    result = evaluate_policy(state, world, prompts, 8, 1.0, RowStreams(0, ("eval",), list(range(8))))
+    assert math.isfinite(result["gold_mean"]) and result["length_mean"] > 0

@@ -867,7 +867,7 @@ def test_a_single_spike_past_the_limit_is_not_a_finding_and_the_fix_is_in_the_tr
     finding = next(f for f in diagnose(table).findings if f.rule == "sampler_mismatch")
     assert finding.severity == "high" and finding.causes[0].component == "logprob_bookkeeping"
     from rlhflab.doctor.formats import render_fix
-    assert render_fix(table.vocabulary, finding.fix)["changes"] == ["algorithm.rollout_correction.rollout_is=true"]
+    assert render_fix(table.vocabulary, finding.fix)["changes"] == ["algorithm.rollout_correction.rollout_is=token"]
 
 
 @firing_trace("sampler_mismatch")

@@ -169,7 +169,7 @@ def test_a_verl_log_past_its_faqs_mismatch_limit_is_a_finding_fixed_in_verls_key
     finding = next(f for f in diagnose(table).findings if f.rule == "sampler_mismatch")
     assert finding.evidence[0].metric == "mismatch/prob_abs_diff" and "faq.rst" in finding.evidence[0].source
     fix = diagnosis_json(diagnose(table))["findings"]
-    assert any("algorithm.rollout_correction.rollout_is=true" in c for f in fix if f["rule"] == "sampler_mismatch"
+    assert any("algorithm.rollout_correction.rollout_is=token" in c for f in fix if f["rule"] == "sampler_mismatch"
                for c in f["fix"]["changes"])
 
 

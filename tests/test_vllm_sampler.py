@@ -179,3 +179,26 @@ def test_mismatch_grows_when_the_sync_is_skipped(engine_run):
     assert max(synced) < 1e-5
     assert skipped[0] < 1e-5  # the first rollout is on the weights the engine started with
     assert skipped[-1] > 1e-3 and skipped[-1] > 100 * max(synced)
+
+
+def test_two_processes_each_drive_an_engine_of_their_own(engine_run, tmp_path):
+    """Under torchrun every process samples its share of the rows with an engine of its own
+    (vLLM's external launcher), each pushed its process's weights: the gathered batch's
+    mismatch is float noise, and the run exits cleanly (the engines close before the group)."""
+    import shutil
+    import subprocess
+    import sys
+
+    run = tmp_path / "two"
+    run.mkdir()
+    for stage in ("stage1_lm", "stage2_rm"):
+        shutil.copytree(engine_run.root / stage, run / stage)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rlhflab.cli",
+         "ppo", "--out", str(run), "--preset", "smoke", "--quiet", *ENGINE_SIZED, "rollout.engine=vllm",
+         "ppo.iterations=3", "ppo.eval_prompts=16"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    rows = read_jsonl(RunDir(run).metrics("ppo"))
+    assert len(rows) == 3 and all(r["mismatch/logp_abs_diff"] < 1e-5 for r in rows)
+    assert rows[-1]["kl/mean"] > 0  # the second rollout was sampled by pushed weights that moved

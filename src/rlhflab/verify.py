@@ -29,12 +29,16 @@ class VerifyResult:
     comparison: Comparison  # the same comparison as `rlhflab compare` (doctor/compare.py)
 
 
+# Config sections that only one stage reads, though not named after it.
+SECTION_STAGES = {"rollout": "ppo"}
+
+
 def first_stage_to_rerun(fix: dict[str, str]) -> str:
     """The earliest stage whose config section the fix touches; a key of no stage's
     section (seed, world, data, fault) may shape any stage, so all rerun. No key at all
     (a fault that replaces PPO code only) reruns the last stage."""
     sections = {COMPONENT_STAGES.get(key.removeprefix("components."), "ppo") if key.startswith("components.")
-                else key.split(".")[0] for key in fix}
+                else SECTION_STAGES.get(key.split(".")[0], key.split(".")[0]) for key in fix}
     if not sections <= set(STAGE_NAMES):
         return STAGE_NAMES[0]
     return min(sections, key=STAGE_NAMES.index, default=STAGE_NAMES[-1])

@@ -183,9 +183,13 @@ def penalty_accounting(table: MetricTable) -> Cause:
 
 
 def sampler_mismatch(table: MetricTable) -> Cause:
-    return Cause("logprob_bookkeeping", "the inference engine's logprobs are not the trainer's for the same tokens "
-                                        "(the engine's precision or kernels, weights synced late or not at all, a "
-                                        "stale sampler): the update treats off-policy samples as on-policy",
+    why = ("the inference engine's logprobs are not the trainer's for the same tokens (the engine's precision or "
+           "kernels, weights synced late or not at all, a stale sampler): the update treats off-policy samples as "
+           "on-policy")
+    if table.settings.importance_sampling_correction:  # already on: only the source is left to find
+        return Cause("logprob_bookkeeping", why + "; the run already corrects for it, so the source must be found: "
+                                                  "the engine's dtype and kernels, the weight sync", None)
+    return Cause("logprob_bookkeeping", why,
                  Fix((Change("importance_sampling_correction", "set", True),),
                      "weight the loss by the trainer/sampler ratio (truncated importance sampling), and find the "
                      "mismatch's source: the engine's dtype and kernels, the weight sync"))

@@ -12,6 +12,7 @@ temperature but 1).
 
 from __future__ import annotations
 
+import atexit
 import os
 from pathlib import Path
 
@@ -53,6 +54,17 @@ def engine_dtype(setting: str, device: torch.device) -> str:
     return str(forward_dtype(device)).removeprefix("torch.")
 
 
+def executor_of_this_process() -> dict:
+    """Under torchrun, vLLM's "external_launcher" executor: every process holds an engine of
+    its own (tensor parallel 1) on its own device, and vLLM joins the process group torchrun
+    made instead of starting one (as TRL's colocated vLLM does); one process needs none."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return {"distributed_executor_backend": "external_launcher"}
+    return {}
+
+
 CPU_KV_CACHE_GIB = 1.0  # rollout.vllm_kv_cache_gib's default on the CPU
 
 
@@ -71,6 +83,7 @@ class VLLMSampler:
 
     def __init__(self, policy_dir: Path, config: RolloutConfig, seed: int, device: torch.device) -> None:
         LLM, self._params = import_vllm()
+        executor = executor_of_this_process()
         self.llm = LLM(
             str(policy_dir), dtype=engine_dtype(config.vllm_dtype, device), seed=seed % 2**31,
             logprobs_mode="processed_logprobs",
@@ -79,14 +92,24 @@ class VLLMSampler:
             enforce_eager=True,
             gpu_memory_utilization=config.vllm_gpu_memory_utilization,
             kv_cache_memory_bytes=kv_cache_bytes(config, device),
-            **({"device": device.type} if device.type == "cuda" else {}),
+            **executor,
         )
         self.pushes = 0
+        if executor:  # atexit runs last in, first out: before the trainer leaves its group (distributed.py)
+            atexit.register(self.close)
+
+    def close(self) -> None:
+        """Shut the engine down, its process groups with it, while torchrun's group is open."""
+        self.llm.llm_engine.engine_core.shutdown()
 
     def push(self, lm: torch.nn.Module) -> None:
-        """The policy LM's current weights into the engine (vLLM maps the HF names itself)."""
-        weights = [(name, tensor.detach()) for name, tensor in lm.state_dict().items()]
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        """The policy LM's current weights into the engine."""
+        self.load(lm.state_dict())
+
+    def load(self, weights: dict[str, Tensor]) -> None:
+        """Weights by their HF names into the engine, in place (vLLM maps the names itself)."""
+        items = [(name, tensor.detach()) for name, tensor in weights.items()]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
         self.pushes += 1
 
     @torch.no_grad()

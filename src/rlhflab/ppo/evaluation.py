@@ -2,7 +2,9 @@
 and diversity of samples on prompts never trained on; gold reward and grammaticality
 when the prompts come from the embedded world (`world` is None otherwise). Sampled and
 scored by the rollout itself (`make_rollout`, the run's components), at the evaluation's
-own decoding settings."""
+own decoding settings, always by the `sample` component on the trained weights: whatever
+samples the rollouts (`rollout.engine`), the evaluation measures the policy itself, so a
+weight sync that did not take cannot hide in it."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import torch
 
 from rlhflab.metrics.diversity import distinct_n, self_bleu
 from rlhflab.ppo.rollout import make_rollout
+from rlhflab.ppo.samplers import NativeSampler
 from rlhflab.seeding import RowStreams
 
 if TYPE_CHECKING:
@@ -28,7 +31,7 @@ def evaluate_policy(state: PPOState, world, prompts: list[str], response_length:
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
         rollout, _ = make_rollout(state, chunk, streams.subset(list(range(start, start + len(chunk)))),
-                                  response_length, temperature)
+                                  response_length, temperature, NativeSampler(state.components.sample))
         kl += (rollout.logprobs - rollout.ref_logprobs).sum(1).tolist()  # both 0 outside the mask
         proxy += rollout.proxy.tolist()
         texts += rollout.responses

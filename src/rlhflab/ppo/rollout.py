@@ -27,6 +27,7 @@ from rlhflab.ppo.losses import logprobs_from_logits
 from rlhflab.seeding import RowStreams
 
 if TYPE_CHECKING:
+    from rlhflab.ppo.samplers import Sampler
     from rlhflab.ppo.trainer import PPOState
 
 
@@ -121,10 +122,11 @@ class RolloutTimings:
 
 @torch.no_grad()
 def make_rollout(state: PPOState, prompts: list[str], generator: torch.Generator | RowStreams,
-                 response_length: int | None = None, temperature: float | None = None
-                 ) -> tuple[Rollout, RolloutTimings]:
-    """The rollout of `prompts` by the state's policy, through its components, at the
-    state's decoding settings unless given (the held-out evaluation keeps its own). Under
+                 response_length: int | None = None, temperature: float | None = None,
+                 sampler: Sampler | None = None) -> tuple[Rollout, RolloutTimings]:
+    """The rollout of `prompts` by the state's policy, through its components, sampled by
+    the state's sampler and at its decoding settings unless given (the held-out evaluation
+    keeps its own, and samples the trained weights themselves). Under
     several processes each samples and scores its share of the rows (`sample_share`), and
     the shares are gathered: every process returns the whole batch, so the update and its
     metrics are those of one process."""
@@ -132,13 +134,14 @@ def make_rollout(state: PPOState, prompts: list[str], generator: torch.Generator
     components, cluster, engine = state.components, state.cluster, state.engine
     response_length = state.config.response_length if response_length is None else response_length
     temperature = state.config.temperature if temperature is None else temperature
+    sampler = state.sampler if sampler is None else sampler
     c = components
     start = time.perf_counter()
     policy.eval()
     # FSDP2 gathers the policy once for the whole rollout (under LoRA the reference is the
     # policy with its adapters off, so its forward needs the policy's weights too).
     with engine.full_weights(policy):
-        share = sample_share(state.sampler, policy.lm, tokenizer, prompts, response_length, temperature, generator,
+        share = sample_share(sampler, policy.lm, tokenizer, prompts, response_length, temperature, generator,
                              cluster)
         samples = share.samples
         mask = c.response_mask(samples.mask)

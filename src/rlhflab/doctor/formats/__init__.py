@@ -179,8 +179,13 @@ def _value(value) -> str:
 
 def render_change(vocabulary: dict[str, str], change: Change) -> str:
     """One change in the vocabulary of the trainer that wrote the log (`ppo.kl_coef=0.4`,
-    `GRPOConfig.beta=0.04`); a setting the trainer has no key for keeps its own name."""
+    `GRPOConfig.beta=0.04`); a setting the trainer has no key for keeps its own name. A
+    vocabulary entry `KEY=VALUE` is how the trainer turns a switch on where its key takes
+    a mode, not true (`rollout.correction=token_truncate`)."""
     key = vocabulary.get(change.setting, change.setting)
+    if "=" in key and change.direction == "set" and change.value is True:
+        return key
+    key = key.split("=", 1)[0]
     if change.direction == "set":
         return f"{key}={_value(change.value)}"
     return f"{change.direction} {key}"

@@ -42,6 +42,8 @@ def settings_from_config(config: dict[str, Any]) -> dict[str, Any]:
     if "ppo" in config:  # config.toml writes every default: no target there is a fixed beta
         settings["kl_controller"] = "fixed" if config["ppo"].get("kl_target") is None else "adaptive"
         settings["kl_in_reward"] = True
+    if "rollout" in config:
+        settings["importance_sampling_correction"] = config["rollout"].get("correction", "none") != "none"
     return settings
 
 
@@ -93,7 +95,9 @@ DIALECT = Dialect(
     name="rlhflab",
     description="rlhflab's canonical names; fixes as config overrides (ppo.kl_coef=...)",
     handles="the canonical units (docs/metrics.md); its settings from the run's config.toml",
-    vocabulary={setting: key for key, setting in CONFIG_KEYS.items()},
+    # A correction is a mode, not a switch: turning it on is the truncation (Yao et al. 2025).
+    vocabulary={setting: key for key, setting in CONFIG_KEYS.items()}
+    | {"importance_sampling_correction": "rollout.correction=token_truncate"},
     verify=True,
 )
 

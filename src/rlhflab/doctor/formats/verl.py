@@ -79,7 +79,7 @@ VOCABULARY = {
     "clip_eps": "actor_rollout_ref.actor.clip_ratio", "lr": "actor_rollout_ref.actor.optim.lr",
     "entropy_coef": "actor_rollout_ref.actor.entropy_coeff", "response_length": "data.max_response_length",
     "batch_size": "data.train_batch_size", "group_size": "actor_rollout_ref.rollout.n",
-    "value_clip_eps": "critic.cliprange_value", "importance_sampling_correction": "algorithm.rollout_correction.rollout_is",
+    "value_clip_eps": "critic.cliprange_value", "importance_sampling_correction": "algorithm.rollout_correction.rollout_is=token",
 }
 KL_LOSS_VOCABULARY = {"kl_coef": "actor_rollout_ref.actor.kl_loss_coef",
                       "kl_estimator": "actor_rollout_ref.actor.kl_loss_type"}
