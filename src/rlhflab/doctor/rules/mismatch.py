@@ -11,9 +11,9 @@ slime's 0.1), so a gap that is large from the first step is a finding; where the
 none (TRL, OpenRLHF, prime-rl, ROLL, SkyRL, AReaL: qualitative advice only; rlhflab) it is
 held to its own early level: a sampler whose weights lag the trainer's drifts further as
 the policy moves (MISMATCH_GROWTH, fitted on rlhflab runs with a sampler never synced, its
-own decoder and vLLM alike; SGLang's margin is not measured). A limit is crossed by the smoothed series (the doctor's window), so a single
-spike is not a finding: NeMo-RL's guides ask to investigate spikes and call a trend above
-the limit unacceptable.
+own decoder and vLLM alike; SGLang's margin is not measured). A limit is crossed by the
+smoothed series (the doctor's window), so a single spike is not a finding: NeMo-RL's
+guides ask to investigate spikes and call a trend above the limit unacceptable.
 """
 
 from __future__ import annotations
