@@ -151,12 +151,12 @@ def test_the_sampler_is_pushed_the_updated_weights_once_per_iteration(smoke_run)
 def test_the_doctors_fix_for_a_mismatch_is_a_correction_in_rlhflabs_keys():
     """rlhflab's vocabulary turns the correction on as a mode (a key that takes no `true`),
     verify reruns stage 3 only for it, and a run that already corrects gets no such fix."""
-    from rlhflab.doctor import DIALECTS, Change, RunSettings, render_change
+    from rlhflab.doctor import RLHFLAB_DIALECT, Change, RunSettings, render_change
     from rlhflab.doctor.causes import sampler_mismatch
     from rlhflab.doctor.formats.rlhflab import settings_from_config
     from rlhflab.verify import first_stage_to_rerun
 
-    vocabulary = DIALECTS["rlhflab"].vocabulary
+    vocabulary = RLHFLAB_DIALECT.vocabulary
     change = render_change(vocabulary, Change("importance_sampling_correction", "set", True))
     assert change == "rollout.correction=token_truncate"
     key, value = change.split("=")

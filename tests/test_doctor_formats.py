@@ -210,7 +210,8 @@ def test_rlhflab_settings_keys_are_config_fields_and_settings_fields():
 
     settings = settings_from_config(asdict(PipelineConfig()))
     # kl_target is unset by default; the controller's kind and where the KL sits are read beside the keys
-    assert set(settings) == set(CONFIG_KEYS.values()) - {"kl_target"} | {"kl_controller", "kl_in_reward"}
+    assert set(settings) == set(CONFIG_KEYS.values()) - {"kl_target"} | {"kl_controller", "kl_in_reward",
+                                                                         "importance_sampling_correction"}
     assert set(CONFIG_KEYS.values()) <= set(SETTING_NAMES)
 
 

@@ -40,6 +40,9 @@ EXTRA_METRICS: dict[str, Unit] = {
     "prompts/unique_frac": "fraction", "time/score_s": "seconds", "time/advantages_s": "seconds",
     "guard/skipped_updates": "count", "epoch": "value", "policy/ratio_first": "value",
     "memory/peak_gib": "value",  # GiB: the largest CUDA allocation of any process so far
+    "time/sync_s": "seconds",  # pushing the updated weights to the sampler (`rollout.engine`)
+    "correction/weight_mean": "value",  # the importance weights' mean over response tokens (`rollout.correction`)
+    "correction/changed_frac": "fraction",  # response tokens whose weight was truncated or masked
 }
 # Measured by the doctor from sample files (doctor/sample_measures.py), per step, over the
 # words of the responses kept that step: pooled across them, or averaged over them.
