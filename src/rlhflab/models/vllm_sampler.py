@@ -87,14 +87,13 @@ class VLLMSampler:
         self.llm = LLM(
             str(policy_dir), dtype=engine_dtype(config.vllm_dtype, device), seed=seed % 2**31,
             logprobs_mode="processed_logprobs",
-            # No CUDA graphs: the weights are replaced in place after every update, and a
-            # tiny model gains nothing from them.
-            enforce_eager=True,
+            # CUDA graphs on a GPU only: the pushes copy into the same tensors, which the
+            # graphs keep reading; on the CPU there are none to capture.
+            enforce_eager=device.type != "cuda",
             gpu_memory_utilization=config.vllm_gpu_memory_utilization,
             kv_cache_memory_bytes=kv_cache_bytes(config, device),
             **executor,
         )
-        self.pushes = 0
         if executor:  # atexit runs last in, first out: before the trainer leaves its group (distributed.py)
             atexit.register(self.close)
 
@@ -110,7 +109,6 @@ class VLLMSampler:
         """Weights by their HF names into the engine, in place (vLLM maps the names itself)."""
         items = [(name, tensor.detach()) for name, tensor in weights.items()]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
-        self.pushes += 1
 
     @torch.no_grad()
     def __call__(self, model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int,
