@@ -202,3 +202,15 @@ def test_two_processes_each_drive_an_engine_of_their_own(engine_run, tmp_path):
     rows = read_jsonl(RunDir(run).metrics("ppo"))
     assert len(rows) == 3 and all(r["mismatch/logp_abs_diff"] < 1e-5 for r in rows)
     assert rows[-1]["kl/mean"] > 0  # the second rollout was sampled by pushed weights that moved
+
+
+def test_the_checkup_passes_on_a_run_sampled_by_the_engine(engine_run):
+    """Every invariant probe holds with the engine sampling, at the start and at the run's
+    checkpoint: the checkpoint's weights are pushed to the engine before its probes sample."""
+    from rlhflab.checkup.probes import run_checkup
+    from rlhflab.config import config_from_run
+
+    results = run_checkup(config_from_run(engine_run.root), engine_run).results
+    failed = [(r.name, r.state, r.measured) for r in results if not r.passed]
+    assert not failed
+    assert {r.state for r in results if r.name == "sampled_logprobs_match_training_forward"} == {"start", "moved"}

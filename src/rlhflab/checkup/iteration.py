@@ -50,7 +50,8 @@ class IterationTrace:
 
 @contextmanager
 def preserved(state: PPOState) -> Iterator[None]:
-    """The policy's weights, the optimiser's moments and the KL controller as they were."""
+    """The policy's weights, the optimiser's moments and the KL controller as they were (and
+    the rollout sampler told the weights again)."""
     weights = copy.deepcopy(state.policy.state_dict())
     optimizer = copy.deepcopy(state.optimizer.state_dict())
     controller = copy.deepcopy(state.controller.state_dict())
@@ -60,6 +61,7 @@ def preserved(state: PPOState) -> Iterator[None]:
         state.policy.load_state_dict(weights)
         state.optimizer.load_state_dict(optimizer)
         state.controller.load_state_dict(controller)
+        state.sampler.push(state.policy.lm)
 
 
 def _target_gradient(loss_fn, current: Tensor, targets: tuple[Tensor, ...], *rest) -> float:

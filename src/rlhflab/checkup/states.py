@@ -57,6 +57,7 @@ def moved_state(state: PPOState, config: PipelineConfig, source: PromptSource,
     with preserved(state):
         if checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
             point = load_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller)
+            state.sampler.push(state.policy.lm)  # an inference engine samples the checkpoint's weights too
             yield ProbeState("moved", f"the run's checkpoint {checkpoint_dir} (after iteration {point.next_step})",
                              None)
             return
