@@ -62,7 +62,7 @@ vllm: $(VLLM_STAMP)
 
 # The engine path's tests, in the venv that has vLLM (skipped in .venv).
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_sampler.py
+	RLHFLAB_REQUIRE_VLLM=1 $(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_sampler.py
 
 bench-trl: $(STAMP) $(TRL_STAMP)
 	$(PY) bench/compare_trl.py --repeats 3 --iterations 3

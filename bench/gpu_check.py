@@ -90,7 +90,8 @@ def run_variant(name: str, out: Path, policy: Path, reward: Path, gpus: int, ite
         return {"variant": name, "error": f"exit {done.returncode}; see {log}", "wall_s": wall}
     records = [json.loads(line) for line in (run / "metrics" / "ppo.jsonl").read_text().splitlines()]
     timed = records[1:] or records
-    seconds = [sum(r[k] for k in ("time/rollout_s", "time/score_s", "time/advantages_s", "time/train_s")) for r in timed]
+    seconds = [sum(r.get(k, 0.0) for k in ("time/rollout_s", "time/score_s", "time/advantages_s", "time/train_s",
+                                           "time/sync_s")) for r in timed]
     doctor = subprocess.run([sys.executable, "-m", "rlhflab.cli", "doctor", str(run), "--json"], capture_output=True,
                             text=True)
     diagnosis = json.loads(doctor.stdout) if doctor.stdout.strip().startswith("{") else {}

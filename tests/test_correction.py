@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from rlhflab.config import PUBLISHED_CORRECTION_MAX, ConfigError, RolloutConfig, load_config
+from rlhflab.models.sampling import sample_responses
 from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.correction import correction_metrics, importance_weights, mismatch_metrics
@@ -29,6 +30,13 @@ def test_token_truncation_is_min_of_ratio_and_cap():
     expected = torch.tensor([[1.5, math.exp(-1.0), 1.0], [math.exp(-0.1), math.exp(0.2), 0.0]])
     torch.testing.assert_close(c.weights, expected)
     assert c.changed_frac == pytest.approx(1 / 5)  # only exp(0.5) = 1.65 was cut
+
+
+def test_truncation_raises_to_the_lower_bound_when_one_is_set():
+    c = importance_weights(TRAINER, SAMPLER, MASK, "token_truncate", 0.5, 1.5)
+    expected = torch.tensor([[1.5, 0.5, 1.0], [math.exp(-0.1), math.exp(0.2), 0.0]])
+    torch.testing.assert_close(c.weights, expected)
+    assert c.changed_frac == pytest.approx(2 / 5)
 
 
 def test_sequence_truncation_uses_the_product_of_the_real_tokens_ratios():
@@ -94,6 +102,12 @@ def test_rollout_config_keys_and_their_errors():
         load_config("smoke", overrides=["rollout.engine=sglang"])
     with pytest.raises(ConfigError, match="correction_min"):
         load_config("smoke", overrides=["rollout.correction=token_mask", "rollout.correction_min=4"])
+    with pytest.raises(ConfigError, match="correction_min = 1.2: expected a value <= 1"):
+        load_config("smoke", overrides=["rollout.correction=sequence_mask", "rollout.correction_min=1.2"])
+    with pytest.raises(ConfigError, match=r"correction_min = 1.5: .*correction_max = 3.0 \(the default of token_mask\)"):
+        load_config("smoke", overrides=["rollout.correction=token_mask", "rollout.correction_min=1.5"])
+    with pytest.raises(ConfigError, match=r"correction_max = 0.8: expected a value >= 1"):
+        load_config("smoke", overrides=["rollout.correction=token_truncate", "rollout.correction_max=0.8"])
     with pytest.raises(ConfigError, match="lora.rank"):
         load_config("smoke", overrides=["rollout.engine=vllm", "lora.rank=4"])
     with pytest.raises(ConfigError, match="fsdp2"):
@@ -109,7 +123,7 @@ def test_choosing_vllm_without_it_installed_names_what_to_install(tmp_path):
     else:
         pytest.skip("vLLM is installed here")
     with pytest.raises(ConfigError, match="make vllm"):
-        start_sampler(None, tmp_path, RolloutConfig(engine="vllm"), 0, torch.device("cpu"))
+        start_sampler(sample_responses, tmp_path, RolloutConfig(engine="vllm"), 0, torch.device("cpu"))
 
 
 class CountingSampler:
@@ -125,6 +139,9 @@ class CountingSampler:
 
     def push(self, lm) -> None:
         self.pushes.append(sum(float(p.detach().sum()) for p in lm.parameters()))
+
+    def close(self) -> None:
+        pass
 
 
 def test_the_sampler_is_pushed_the_updated_weights_once_per_iteration(smoke_run):
@@ -181,6 +198,9 @@ class RefusingSampler:
     def push(self, lm) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
 
 def test_the_evaluation_samples_the_trained_weights_not_the_rollout_sampler(smoke_run):
     """Whatever samples the rollouts, the held-out evaluation samples the policy itself: a
@@ -196,3 +216,46 @@ def test_the_evaluation_samples_the_trained_weights_not_the_rollout_sampler(smok
     prompts = world.prompts(8, 5)
     result = evaluate_policy(state, world, prompts, 8, 1.0, RowStreams(0, ("eval",), list(range(8))))
     assert math.isfinite(result["gold_mean"]) and result["length_mean"] > 0
+
+
+def test_the_engine_refuses_a_run_that_replaces_the_sample_component(tmp_path):
+    """vLLM samples in the sample component's place: a fault there would silently vanish."""
+    from rlhflab.faults.zoo import FAULTS
+
+    fault = next(f for f in FAULTS if "sample" in f.code)
+    components = fault.components()
+    with pytest.raises(ConfigError, match="samples in place of the sample component"):
+        start_sampler(components.sample, tmp_path, RolloutConfig(engine="vllm"), 0, torch.device("cpu"))
+
+
+def test_a_correction_of_weight_w_is_the_update_on_w_times_the_advantages(smoke_run):
+    """ppo_update with every importance weight 2 makes, bitwise, the update of doubled
+    advantages without a correction (the weight reaches the loss through the advantage)."""
+    import copy
+
+    from rlhflab.ppo.correction import Correction
+    from rlhflab.ppo.rollout import make_rollout
+    from rlhflab.ppo.trainer import compute_advantages, load_ppo_state, ppo_update
+    from rlhflab.seeding import torch_generator
+    from rlhflab.worlds.reviews import ReviewsWorld
+
+    config = load_config("smoke")
+    state = load_ppo_state(config, smoke_run, PPOComponents())
+    rollout, _ = make_rollout(state, ReviewsWorld(config.world).prompts(config.ppo.batch_size, 3),
+                              torch_generator(0, "w"))
+    adv = compute_advantages(state, rollout)
+    start = (copy.deepcopy(state.policy.state_dict()), copy.deepcopy(state.optimizer.state_dict()))
+
+    def update(advantages, correction):
+        state.policy.load_state_dict(start[0])
+        state.optimizer.load_state_dict(start[1])
+        metrics = ppo_update(state, rollout, replace(adv, advantages=advantages), torch_generator(0, "u"), correction)
+        return metrics, [p.detach().clone() for p in state.policy.parameters()]
+
+    twice = Correction(torch.full_like(adv.advantages, 2.0), 0.0)
+    weighted, weighted_params = update(adv.advantages, twice)
+    doubled, doubled_params = update(adv.advantages * 2.0, None)
+    plain, plain_params = update(adv.advantages, None)
+    assert weighted == doubled
+    assert all(torch.equal(a, b) for a, b in zip(weighted_params, doubled_params))
+    assert weighted["policy/loss"] != plain["policy/loss"]

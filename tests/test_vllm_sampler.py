@@ -6,13 +6,18 @@ weights are synced and grows when a sync is skipped."""
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import replace
 
 import pytest
 import torch
 
-pytest.importorskip("vllm")
-stats = pytest.importorskip("scipy.stats")
+if os.environ.get("RLHFLAB_REQUIRE_VLLM"):  # `make test-vllm`: a broken install must fail, not skip
+    import scipy.stats as stats
+    import vllm  # noqa: F401
+else:
+    pytest.importorskip("vllm")
+    stats = pytest.importorskip("scipy.stats")
 
 from rlhflab.config import RolloutConfig, load_config  # noqa: E402
 from rlhflab.models.sampling import sample_responses  # noqa: E402
@@ -45,7 +50,9 @@ def tiny_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):
-    return VLLMSampler(tiny_model[0], RolloutConfig(engine="vllm"), seed=0, device=CPU)
+    sampler = VLLMSampler(tiny_model[0], RolloutConfig(engine="vllm"), seed=0, device=CPU)
+    yield sampler
+    sampler.close()
 
 
 def prompts(rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,7 +149,9 @@ def test_pipeline_runs_on_the_engine_and_its_mismatch_is_float_noise(engine_run)
     for row in rows:
         assert row["mismatch/logp_abs_diff"] < 1e-5, row
         assert abs(row["mismatch/is_ratio_mean"] - 1) < 1e-4
-    assert rows[-1]["kl/mean"] > 0.1  # the policy moved: the syncs carried it
+    # The policy moved away from the stage-1 weights (its KL), and the engine's logprobs
+    # followed it to float noise (above): the pushes took.
+    assert rows[-1]["kl/mean"] > 0.1
     assert (engine_run.stage3_policy / "config.json").is_file()
 
 
@@ -158,18 +167,25 @@ class SkippedSync:
     def push(self, lm) -> None:
         pass
 
+    def close(self) -> None:
+        self.sampler.close()
+
 
 def iterate(run: RunDir, skip_sync: bool, iterations: int) -> list[float]:
     config = load_config("smoke", overrides=ENGINE_SIZED + ["rollout.engine=vllm"])
     state = load_ppo_state(config, run, PPOComponents())
+    engine = state.sampler
     if skip_sync:
-        state = replace(state, sampler=SkippedSync(state.sampler))
+        state = replace(state, sampler=SkippedSync(engine))
     world = ReviewsWorld(config.world)
     gaps = []
-    for step in range(iterations):
-        prompts_ = world.prompts(config.ppo.batch_size, derive_seed(0, "test-prompts", str(step)))
-        _, metrics = ppo_iteration(state, prompts_, 0, step)
-        gaps.append(metrics["mismatch/logp_abs_diff"])
+    try:
+        for step in range(iterations):
+            prompts_ = world.prompts(config.ppo.batch_size, derive_seed(0, "test-prompts", str(step)))
+            _, metrics = ppo_iteration(state, prompts_, 0, step)
+            gaps.append(metrics["mismatch/logp_abs_diff"])
+    finally:
+        engine.close()
     return gaps
 
 
@@ -200,8 +216,8 @@ def test_two_processes_each_drive_an_engine_of_their_own(engine_run, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     rows = read_jsonl(RunDir(run).metrics("ppo"))
+    # Each process's engine followed its trainer's weights after every update (float noise).
     assert len(rows) == 3 and all(r["mismatch/logp_abs_diff"] < 1e-5 for r in rows)
-    assert rows[-1]["kl/mean"] > 0  # the second rollout was sampled by pushed weights that moved
 
 
 def test_the_checkup_passes_on_a_run_sampled_by_the_engine(engine_run):

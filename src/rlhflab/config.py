@@ -255,14 +255,16 @@ class RolloutConfig:
     logprobs over the sampler's): token_truncate is truncated IS (Yao et al. 2025, TIS: each token's loss
     times min(ratio, max)); sequence_truncate the same on the sequence's ratio (the product over its tokens);
     token_mask and sequence_mask drop (weight 0) tokens or whole sequences whose ratio is outside [min, max]
-    (masked IS, Liu et al. 2025; TRL's `vllm_importance_sampling_mode`, whose default is sequence_mask).
+    (masked IS, Liu et al. 2025; TRL's `vllm_importance_sampling_mode`, whose default is sequence_mask); the
+    truncations clamp from below at min too, as TRL's do.
     none: no correction (the native sampler's ratio is 1 up to float noise)."""
     correction_max: Optional[float] = None
     """The ratio's upper bound; unset: the published default of the mode: 2.0 for the truncations (Yao et al.
     2025's C; veRL `algorithm.rollout_correction.rollout_is_threshold`), 3.0 for the masks (TRL
     `vllm_importance_sampling_clip_max`)."""
     correction_min: Optional[float] = None
-    """The masks' lower bound on the ratio; unset: none (TRL `vllm_importance_sampling_clip_min`)."""
+    """The ratio's lower bound (the masks drop what is below it, the truncations raise it to it); unset: none
+    (TRL `vllm_importance_sampling_clip_min`). Bounds are unused when correction = none."""
     vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """The dtype vLLM computes in; auto: the trainer's forwards' (float32, bfloat16 under compute.bf16), not
     vLLM's own auto, which runs a float32 checkpoint in half precision."""
@@ -544,8 +546,15 @@ def _check_consistency(config: PipelineConfig) -> None:
         raise ConfigError(f"pretrain.n_embd = {pre.n_embd} must be divisible by pretrain.n_head = {pre.n_head}")
     rollout = config.rollout
     low, high = rollout.correction_bounds()
-    if low is not None and low >= high:
-        raise ConfigError(f"rollout.correction_min = {low} must be below rollout.correction_max = {high}")
+    shown_high = f"{high}" if rollout.correction_max is not None else f"{high} (the default of {rollout.correction})"
+    # A ratio of 1 (sampler = trainer) must keep its weight: bounds that cut it would zero or
+    # shrink a healthy run's policy gradient.
+    if rollout.correction != "none" and high < 1:
+        raise ConfigError(f"rollout.correction_max = {shown_high}: expected a value >= 1 (a ratio of 1 is a "
+                          "perfect match and keeps its weight)")
+    if low is not None and low > 1:
+        raise ConfigError(f"rollout.correction_min = {low}: expected a value <= 1 (a ratio of 1 is a perfect match "
+                          f"and keeps its weight; rollout.correction_max = {shown_high})")
     if rollout.engine != "native" and config.lora.rank:
         raise ConfigError(f"rollout.engine = {rollout.engine!r} with lora.rank = {config.lora.rank}: pushing adapted "
                           "weights to an inference engine is not supported; use rollout.engine = 'native' under LoRA")

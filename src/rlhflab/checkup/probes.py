@@ -301,10 +301,13 @@ def run_checkup(config: PipelineConfig, run: RunDir, components: PPOComponents =
     `trainer=False` checks models for another trainer: the probes of rlhflab's PPO code
     are listed as not run."""
     state = load_ppo_state(config, run, components, default_device())  # sets the run's precision (use_bf16)
-    starting = policy_dir(config, run)
-    context = context_length(starting, config)
-    task = prompt_task(config, state.tokenizer, context)
-    prompts = task.train.prompts(config.ppo.batch_size, derive_seed(config.seed, "checkup-prompts"))
-    pairs = tuple(preference_data(config, state.tokenizer, context)[1]) if config.data.preferences else ()
-    ctx = ProbeContext(config, state, task.train, prompts, task.world, pairs, trainer, starting_model=starting)
-    return run_probes(ctx, run.root, run.checkpoints / "ppo")
+    try:
+        starting = policy_dir(config, run)
+        context = context_length(starting, config)
+        task = prompt_task(config, state.tokenizer, context)
+        prompts = task.train.prompts(config.ppo.batch_size, derive_seed(config.seed, "checkup-prompts"))
+        pairs = tuple(preference_data(config, state.tokenizer, context)[1]) if config.data.preferences else ()
+        ctx = ProbeContext(config, state, task.train, prompts, task.world, pairs, trainer, starting_model=starting)
+        return run_probes(ctx, run.root, run.checkpoints / "ppo")
+    finally:
+        state.sampler.close()

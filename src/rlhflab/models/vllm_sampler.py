@@ -98,7 +98,8 @@ class VLLMSampler:
             atexit.register(self.close)
 
     def close(self) -> None:
-        """Shut the engine down, its process groups with it, while torchrun's group is open."""
+        """Shut the engine down (its memory, and its process groups while torchrun's group is
+        still open). A second call does nothing."""
         self.llm.llm_engine.engine_core.shutdown()
 
     def push(self, lm: torch.nn.Module) -> None:

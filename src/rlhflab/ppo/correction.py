@@ -43,8 +43,9 @@ def log_ratios(trainer_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor,
 
 def importance_weights(trainer_logprobs: Tensor, sampler_logprobs: Tensor, mask: Tensor, mode: str,
                        low: float | None, high: float) -> Correction | None:
-    """The weights of `mode` (token_truncate, sequence_truncate: min(ratio, high); token_mask,
-    sequence_mask: ratio where low <= ratio <= high, else 0), or None for "none"."""
+    """The weights of `mode` (token_truncate, sequence_truncate: the ratio clamped to
+    [low, high], as TRL clamps; token_mask, sequence_mask: the ratio where low <= ratio <=
+    high, else 0; `low` None: no lower bound), or None for "none"."""
     if mode == "none":
         return None
     level, _, kind = mode.partition("_")
@@ -52,7 +53,7 @@ def importance_weights(trainer_logprobs: Tensor, sampler_logprobs: Tensor, mask:
     # Clamped in log space before exp: a sequence's summed log-ratio can overflow (veRL clamps at +-20).
     ratio = log_ratio.clamp(-20.0, 20.0).exp()
     if kind == "truncate":
-        weights = ratio.clamp(max=high)
+        weights = ratio.clamp(min=low, max=high)
     else:
         inside = ratio <= high
         if low is not None:
@@ -69,11 +70,12 @@ def mismatch_metrics(trainer_logprobs: Tensor, sampler_logprobs: Tensor, mask: T
     the sampler's draws: Schulman 2020's k3 with r = pi_trainer / pi_sampler, NeMo-RL's
     gen_kl_error); the mean importance ratio pi_trainer / pi_sampler (1 is a perfect match)."""
     diff = trainer_logprobs - sampler_logprobs
-    ratio = diff.clamp(max=20.0).exp()
+    # The ratio's log clamped at 20 (e^20): a stale sampler's gap must not log an infinity.
+    bounded = diff.clamp(max=20.0)
     return {
         "mismatch/logp_abs_diff": float(masked_mean(diff.abs(), mask)),
-        "mismatch/kl": float(masked_mean(kl_estimate(sampler_logprobs, trainer_logprobs, "k3"), mask)),
-        "mismatch/is_ratio_mean": float(masked_mean(ratio, mask)),
+        "mismatch/kl": float(masked_mean(kl_estimate(sampler_logprobs, sampler_logprobs + bounded, "k3"), mask)),
+        "mismatch/is_ratio_mean": float(masked_mean(bounded.exp(), mask)),
     }
 
 

@@ -53,74 +53,77 @@ def run_ppo(
     diagnosis (an ablation's arm whose finding is already there)."""
     cfg = config.ppo
     state = load_ppo_state(config, run, components, cluster.device, cluster)
-    is_main = cluster.is_main
-    show_progress = show_progress and is_main
-    task = prompt_task(config, state.tokenizer, context_length(policy_dir(config, run), config))
-    eval_streams = RowStreams(config.ppo_seed, ("eval-sampling",), list(range(len(task.eval_prompts))))
-    evaluate = lambda: evaluate_policy(state, task.world, task.eval_prompts, cfg.response_length,  # noqa: E731
-                                       cfg.temperature, eval_streams)
-    checkpoint_dir = run.checkpoints / "ppo"
-    if resume and has_checkpoint(checkpoint_dir):
-        point = load_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller)
-        state.sampler.push(state.policy.lm)  # an engine started on the stage-1 weights samples the restored ones
-        records = read_jsonl(run.metrics("ppo"))[: point.metrics_lines]
-        kept = read_jsonl(run.samples("ppo"))[: point.samples_lines] if run.samples("ppo").is_file() else []
-        cluster.barrier()  # every process has read the files before the first one cuts them
-        if is_main:
-            truncate_lines(run.metrics("ppo"), point.metrics_lines)
-            truncate_lines(run.samples("ppo"), point.samples_lines)
-            console.print(f"resuming PPO at iteration {point.next_step} from {checkpoint_dir}")
-        before, first = point.before, point.next_step
-    else:
-        before, first, records, kept = evaluate(), 0, [], []
-        if is_main:
-            run.samples("ppo").unlink(missing_ok=True)
-
-    def checkpoint(next_step: int) -> None:
-        lines = (count_lines(run.metrics("ppo")), count_lines(run.samples("ppo"))) if is_main else (0, 0)
-        save_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller,
-                        ResumePoint(next_step, *lines, before), cluster)
-
-    logger = stage_logger(run, "ppo", append=first > 0, is_main=is_main)
-    watch = LiveDoctor(config, state, records, kept, stop_when)
-    stopped, step = None, first - 1
-    with StopSignals() as signals, progress_bar("stage 3 ppo", cfg.iterations, show_progress, first) as bar:
-        for step in range(first, cfg.iterations):
-            prompts = components.prompts(task.train, cfg.batch_size, derive_seed(config.ppo_seed, "ppo-prompts", str(step)))
-            rollout, metrics = ppo_iteration(state, prompts, config.ppo_seed, step)
-            gold = task.gold(rollout.prompts, rollout.responses) if task.gold is not None else None
-            if gold is not None:
-                metrics["reward/gold_mean"] = sum(gold) / len(gold)
-            logger.log(step, metrics)
-            samples = sample_rows(step, rollout, gold, cfg.samples_per_iteration)
+    try:
+        is_main = cluster.is_main
+        show_progress = show_progress and is_main
+        task = prompt_task(config, state.tokenizer, context_length(policy_dir(config, run), config))
+        eval_streams = RowStreams(config.ppo_seed, ("eval-sampling",), list(range(len(task.eval_prompts))))
+        evaluate = lambda: evaluate_policy(state, task.world, task.eval_prompts, cfg.response_length,  # noqa: E731
+                                           cfg.temperature, eval_streams)
+        checkpoint_dir = run.checkpoints / "ppo"
+        if resume and has_checkpoint(checkpoint_dir):
+            point = load_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller)
+            state.sampler.push(state.policy.lm)  # an engine started on the stage-1 weights samples the restored ones
+            records = read_jsonl(run.metrics("ppo"))[: point.metrics_lines]
+            kept = read_jsonl(run.samples("ppo"))[: point.samples_lines] if run.samples("ppo").is_file() else []
+            cluster.barrier()  # every process has read the files before the first one cuts them
             if is_main:
-                append_jsonl(run.samples("ppo"), samples)
-            bar.advance(info=f"proxy {metrics['reward/proxy_mean']:+.2f}"
-                             + (f" gold {metrics['reward/gold_mean']:+.2f}" if gold is not None else "")
-                             + f" kl {metrics['kl/mean']:.2f}")
-            stopped = watch.observe(step, metrics, samples)
-            # Every process saves the checkpoint together (DCP) and stops together: a signal
-            # that reached one process an iteration before another must stop them at one step.
-            received = int(cluster.max(float(signals.received)))
-            if stopped is not None or received or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
-                checkpoint(step + 1)
-            if received:
-                logger.close()
-                raise Interrupted(received, step + 1, checkpoint_dir)
-            if stopped is not None:
-                watch.stop(run, stopped)
-                break
-    logger.close()
-    after = evaluate()
-    summary = {"stage1": before, "policy": after}
-    if stopped is not None:
-        summary["stopped"] = {"step": step, "rule": stopped.rule, "title": stopped.title}
-    weights = state.engine.full_state_dict(state.policy)  # every process takes part in gathering them
-    if is_main:
-        state.policy.save(run.stage3_policy, state.tokenizer, weights)
-        write_json(run.root / "metrics" / "eval.json", summary)
-    cluster.barrier()
-    return summary
+                truncate_lines(run.metrics("ppo"), point.metrics_lines)
+                truncate_lines(run.samples("ppo"), point.samples_lines)
+                console.print(f"resuming PPO at iteration {point.next_step} from {checkpoint_dir}")
+            before, first = point.before, point.next_step
+        else:
+            before, first, records, kept = evaluate(), 0, [], []
+            if is_main:
+                run.samples("ppo").unlink(missing_ok=True)
+
+        def checkpoint(next_step: int) -> None:
+            lines = (count_lines(run.metrics("ppo")), count_lines(run.samples("ppo"))) if is_main else (0, 0)
+            save_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller,
+                            ResumePoint(next_step, *lines, before), cluster)
+
+        logger = stage_logger(run, "ppo", append=first > 0, is_main=is_main)
+        watch = LiveDoctor(config, state, records, kept, stop_when)
+        stopped, step = None, first - 1
+        with StopSignals() as signals, progress_bar("stage 3 ppo", cfg.iterations, show_progress, first) as bar:
+            for step in range(first, cfg.iterations):
+                prompts = components.prompts(task.train, cfg.batch_size, derive_seed(config.ppo_seed, "ppo-prompts", str(step)))
+                rollout, metrics = ppo_iteration(state, prompts, config.ppo_seed, step)
+                gold = task.gold(rollout.prompts, rollout.responses) if task.gold is not None else None
+                if gold is not None:
+                    metrics["reward/gold_mean"] = sum(gold) / len(gold)
+                logger.log(step, metrics)
+                samples = sample_rows(step, rollout, gold, cfg.samples_per_iteration)
+                if is_main:
+                    append_jsonl(run.samples("ppo"), samples)
+                bar.advance(info=f"proxy {metrics['reward/proxy_mean']:+.2f}"
+                                 + (f" gold {metrics['reward/gold_mean']:+.2f}" if gold is not None else "")
+                                 + f" kl {metrics['kl/mean']:.2f}")
+                stopped = watch.observe(step, metrics, samples)
+                # Every process saves the checkpoint together (DCP) and stops together: a signal
+                # that reached one process an iteration before another must stop them at one step.
+                received = int(cluster.max(float(signals.received)))
+                if stopped is not None or received or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
+                    checkpoint(step + 1)
+                if received:
+                    logger.close()
+                    raise Interrupted(received, step + 1, checkpoint_dir)
+                if stopped is not None:
+                    watch.stop(run, stopped)
+                    break
+        logger.close()
+        after = evaluate()
+        summary = {"stage1": before, "policy": after}
+        if stopped is not None:
+            summary["stopped"] = {"step": step, "rule": stopped.rule, "title": stopped.title}
+        weights = state.engine.full_state_dict(state.policy)  # every process takes part in gathering them
+        if is_main:
+            state.policy.save(run.stage3_policy, state.tokenizer, weights)
+            write_json(run.root / "metrics" / "eval.json", summary)
+        cluster.barrier()
+        return summary
+    finally:
+        state.sampler.close()  # an inference engine's memory goes back with the run
 
 
 class Interrupted(Exception):

@@ -13,14 +13,16 @@ from typing import Callable, Protocol
 import torch
 from torch import Tensor
 
-from rlhflab.config import RolloutConfig
-from rlhflab.models.sampling import Samples
+from rlhflab.config import ConfigError, RolloutConfig
+from rlhflab.models.sampling import Samples, sample_responses
 from rlhflab.ppo import seams
+from rlhflab.ppo.components import component_path
 from rlhflab.seeding import RowStreams
 
 
 class Sampler(Protocol):
-    """A rollout sampler: `seams.Sample` plus `push`, told the policy's weights after every update."""
+    """A rollout sampler: `seams.Sample` plus `push`, told the policy's weights after every
+    update, and `close`, called when the run is done with it."""
 
     name: str
 
@@ -28,6 +30,8 @@ class Sampler(Protocol):
                  temperature: float, eos_id: int, pad_id: int, generator: torch.Generator | RowStreams) -> Samples: ...
 
     def push(self, lm: torch.nn.Module) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,9 @@ class NativeSampler:
     def push(self, lm: torch.nn.Module) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
 
 def _native(sample: seams.Sample, policy_dir: Path, config: RolloutConfig, seed: int, device: torch.device
             ) -> Sampler:
@@ -53,6 +60,11 @@ def _native(sample: seams.Sample, policy_dir: Path, config: RolloutConfig, seed:
 def _vllm(sample: seams.Sample, policy_dir: Path, config: RolloutConfig, seed: int, device: torch.device
           ) -> Sampler:
     from rlhflab.models.vllm_sampler import VLLMSampler
+
+    if sample is not sample_responses:  # the engine samples in its place: the replacement would be lost
+        raise ConfigError(f"rollout.engine = {config.engine!r} samples in place of the sample component, which this "
+                          f"run replaces ({component_path(sample)}: a fault, or components.sample); use "
+                          "rollout.engine = 'native' to run it")
 
     return VLLMSampler(policy_dir, config, seed, device)
 
