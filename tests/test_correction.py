@@ -129,7 +129,7 @@ def test_choosing_vllm_without_it_installed_names_what_to_install(tmp_path):
 class CountingSampler:
     """The sample component, counting the weights it is pushed (by their sum)."""
 
-    name = "native"
+    is_trainer = True
 
     def __init__(self, sample) -> None:
         self.sample, self.pushes = sample, []
@@ -150,7 +150,7 @@ def test_the_sampler_is_pushed_the_updated_weights_once_per_iteration(smoke_run)
 
     config = load_config("smoke", overrides=["rollout.correction=token_truncate"])
     state = load_ppo_state(config, smoke_run, PPOComponents())
-    assert isinstance(state.sampler, NativeSampler) and state.rollout == config.rollout
+    assert isinstance(state.sampler, NativeSampler) and state.rollout_config == config.rollout
     sampler = CountingSampler(state.components.sample)
     state = replace(state, sampler=sampler)
     world = ReviewsWorld(config.world)
@@ -190,7 +190,7 @@ def test_the_doctors_fix_for_a_mismatch_is_a_correction_in_rlhflabs_keys():
 class RefusingSampler:
     """A rollout sampler that must not be used."""
 
-    name = "refusing"
+    is_trainer = True
 
     def __call__(self, *args):
         raise AssertionError("the evaluation sampled with the rollout's sampler")

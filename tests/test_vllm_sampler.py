@@ -159,7 +159,7 @@ class SkippedSync:
     """The engine of a run whose weight sync does not take: it keeps sampling the stage-1 weights."""
 
     def __init__(self, sampler) -> None:
-        self.sampler, self.name = sampler, sampler.name
+        self.sampler, self.is_trainer = sampler, sampler.is_trainer
 
     def __call__(self, *args, **kwargs):
         return self.sampler(*args, **kwargs)

@@ -79,7 +79,7 @@ def kv_cache_bytes(config: RolloutConfig, device: torch.device) -> int | None:
 class VLLMSampler:
     """A vLLM engine holding a copy of the policy's weights, pushed after every update."""
 
-    name = "vllm"
+    is_trainer = False  # a copy of the weights, in the engine's own kernels
 
     def __init__(self, policy_dir: Path, config: RolloutConfig, seed: int, device: torch.device) -> None:
         LLM, self._params = import_vllm()

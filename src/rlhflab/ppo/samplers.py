@@ -22,9 +22,10 @@ from rlhflab.seeding import RowStreams
 
 class Sampler(Protocol):
     """A rollout sampler: `seams.Sample` plus `push`, told the policy's weights after every
-    update, and `close`, called when the run is done with it."""
+    update, and `close`, called when the run is done with it. `is_trainer`: it samples the
+    trained weights themselves (its logprobs differ from the trainer's by float noise only)."""
 
-    name: str
+    is_trainer: bool
 
     def __call__(self, model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int,
                  temperature: float, eos_id: int, pad_id: int, generator: torch.Generator | RowStreams) -> Samples: ...
@@ -39,7 +40,7 @@ class NativeSampler:
     """The `sample` component on the trained weights themselves: nothing to push."""
 
     sample: seams.Sample
-    name = "native"
+    is_trainer = True
 
     def __call__(self, model, prompt_ids, prompt_mask, max_new_tokens, temperature, eos_id, pad_id,
                  generator) -> Samples:

@@ -55,7 +55,7 @@ class PPOState:
     cluster: Cluster = field(default_factory=Cluster.single)
     engine: Engine = field(default_factory=lambda: SingleEngine(DistributedConfig(), Cluster.single()))
     wrapper: torch.nn.Module | None = None  # the policy inside the engine's wrapper (DDP); None: no wrapper
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    rollout_config: RolloutConfig = field(default_factory=RolloutConfig)
     sampler: Sampler | None = None  # None: the `sample` component on the trained weights (NativeSampler)
 
     def __post_init__(self) -> None:
@@ -152,9 +152,9 @@ def ppo_iteration(state: PPOState, prompts: list[str], seed: int, step: int) -> 
     adv = compute_advantages(state, rollout)
     advantages_s = time.perf_counter() - start
     kl_coef = state.controller.value
-    low, high = state.rollout.correction_bounds()
+    low, high = state.rollout_config.correction_bounds()
     correction = importance_weights(rollout.logprobs, rollout.sampled_logprobs, rollout.mask,
-                                    state.rollout.correction, low, high)
+                                    state.rollout_config.correction, low, high)
     start = time.perf_counter()
     update = ppo_update(state, rollout, adv, torch_generator(seed, "ppo", "minibatches", str(step)), correction)
     train_s = time.perf_counter() - start
@@ -162,7 +162,7 @@ def ppo_iteration(state: PPOState, prompts: list[str], seed: int, step: int) -> 
     start = time.perf_counter()
     state.sampler.push(state.policy.lm)
     sync_s = time.perf_counter() - start
-    metrics = rollout_metrics(rollout, adv, kl_coef, full_mismatch=state.sampler.name != "native") | update
+    metrics = rollout_metrics(rollout, adv, kl_coef, full_mismatch=not state.sampler.is_trainer) | update
     metrics |= correction_metrics(correction, rollout.mask)
     if math.isfinite(metrics["kl/mean"]):  # a NaN would stay in an adaptive beta for good
         state.controller.update(state.components.kl_signal(metrics), len(prompts))
