@@ -14,9 +14,9 @@ import torch
 from torch import Tensor
 
 from rlhflab.config import ConfigError, RolloutConfig
-from rlhflab.models.sampling import Samples, sample_responses
+from rlhflab.models.sampling import Samples
 from rlhflab.ppo import seams
-from rlhflab.ppo.components import component_path
+from rlhflab.ppo.components import PPOComponents, component_path
 from rlhflab.seeding import RowStreams
 
 
@@ -62,11 +62,10 @@ def _vllm(sample: seams.Sample, policy_dir: Path, config: RolloutConfig, seed: i
           ) -> Sampler:
     from rlhflab.models.vllm_sampler import VLLMSampler
 
-    if sample is not sample_responses:  # the engine samples in its place: the replacement would be lost
+    if sample is not PPOComponents().sample:  # the engine samples in its place: a replacement would be lost
         raise ConfigError(f"rollout.engine = {config.engine!r} samples in place of the sample component, which this "
                           f"run replaces ({component_path(sample)}: a fault, or components.sample); use "
                           "rollout.engine = 'native' to run it")
-
     return VLLMSampler(policy_dir, config, seed, device)
 
 
