@@ -1,6 +1,9 @@
 # Everything a fresh machine needs: `make demo` and `make test` create .venv themselves.
+# Paths are the repository's wherever make runs (`make -f PATH/Makefile demo` writes runs/ where
+# it is run); VENV may be given from outside (the documented workflows' test runs its own).
+ROOT := $(dir $(realpath $(lastword $(MAKEFILE_LIST))))
 PYTHON ?= python3
-VENV := .venv
+VENV ?= $(ROOT).venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # torch first and pinned: it comes from the CPU build on this machine's disk, and
@@ -18,11 +21,11 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 
 .PHONY: install demo lint test test-vllm bench bench-trl vllm clean
 
-$(STAMP): pyproject.toml
+$(STAMP): $(ROOT)pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e '.[train,studies,test]'
+	$(PY) -m pip install --quiet -e '$(ROOT)[train,studies,test]'
 	# veRL's own config files (ppo_trainer.yaml), to check planned veRL commands with Hydra; nothing imports verl
 	$(PY) -m pip install --quiet --no-deps verl==0.9.1
 	touch $(STAMP)

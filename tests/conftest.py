@@ -1,6 +1,8 @@
 """Test-wide settings: hypothesis runs deterministically and without per-example
 deadlines, so a loaded CI machine cannot turn a slow example into a failure."""
 
+import sys
+
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -17,3 +19,10 @@ def smoke_run(tmp_path_factory):
     from rlhflab.pipeline import run_pipeline
 
     return run_pipeline(load_config("smoke"), tmp_path_factory.mktemp("smoke") / "run", show_progress=False).run
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The documented workflows' counts: commands run, skipped by reason, expected failures."""
+    tally = getattr(sys.modules.get("test_docs_workflows"), "TALLY", None)
+    if tally:
+        terminalreporter.write_line("documented workflows: " + ", ".join(f"{n} {what}" for what, n in tally.items()))

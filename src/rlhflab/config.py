@@ -10,6 +10,7 @@ default included, is written to `RUN/config.toml`.
 from __future__ import annotations
 
 import math
+import os
 import re
 import types
 import typing
@@ -586,6 +587,21 @@ def flatten_toml(data: dict[str, Any], source: str) -> dict[str, Any]:
     return flat
 
 
+# Where set, the demo preset (the default) runs at this preset's size instead: the documented
+# workflows' test runs the docs' demo commands as written, at smoke size (docs/contributing.md).
+DEMO_PRESET_VARIABLE = "RLHFLAB_DEMO_PRESET"
+
+
+def preset_in_force(name: str) -> str:
+    """The preset `name` resolves to: itself, except `demo` where $RLHFLAB_DEMO_PRESET is set."""
+    if name != "demo" or not os.environ.get(DEMO_PRESET_VARIABLE):
+        return name
+    mapped = os.environ[DEMO_PRESET_VARIABLE]
+    if mapped not in PRESETS:
+        raise ConfigError(f"{DEMO_PRESET_VARIABLE}={mapped!r}: expected one of {', '.join(PRESETS)}")
+    return mapped
+
+
 def load_config(
     preset: str = "demo",
     config_file: Path | None = None,
@@ -594,6 +610,7 @@ def load_config(
 ) -> PipelineConfig:
     """Defaults, then the preset (or `base`, e.g. an existing run's config), then the TOML
     file, then the dotted overrides. (A fault's own config comes last: `faults.zoo.with_fault`.)"""
+    preset = preset_in_force(preset)
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
     config = base or apply_overrides(PipelineConfig(), PRESETS[preset], source=f"preset {preset}")

@@ -197,5 +197,6 @@ def run_bench(preset: str, seeds: list[int], out: Path, names: list[str] | None,
     base = RunDir(out / f"healthy-seed{seeds[0]}")
     chosen = [f for f in FAULTS if not names or f.name in names]
     rows = [bench_one(preset, seeds[0], out / fault.name, fault, base, rescore) for fault in chosen]
+    doc.parent.mkdir(parents=True, exist_ok=True)  # outside a checkout, docs/ is made where it is run
     doc.write_text(render(rows, healthy, command), encoding="utf-8")
     return healthy, rows
