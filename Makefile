@@ -19,7 +19,7 @@ TRL_STAMP := $(TRL_VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: install demo lint test test-vllm bench bench-trl vllm clean
+.PHONY: install demo lint test test-slow test-docs test-vllm bench bench-trl vllm clean
 
 $(STAMP): $(ROOT)pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ test: lint
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# The documented workflows with their [slow] commands too (the faults bench, an ablation).
+test-docs: $(STAMP)
+	$(PY) -m pytest -q -m slow tests/test_docs_workflows.py
 
 # TRL's PPO in a venv of its own (its pins must not touch rlhflab's), torch first as above.
 $(TRL_STAMP): bench/trl-requirements.txt

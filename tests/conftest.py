@@ -23,6 +23,8 @@ def smoke_run(tmp_path_factory):
 
 def pytest_terminal_summary(terminalreporter):
     """The documented workflows' counts: commands run, skipped by reason, expected failures."""
-    tally = getattr(sys.modules.get("test_docs_workflows"), "TALLY", None)
-    if tally:
-        terminalreporter.write_line("documented workflows: " + ", ".join(f"{n} {what}" for what, n in tally.items()))
+    module = sys.modules.get("test_docs_workflows")
+    if module is not None and module.TALLY:
+        terminalreporter.write_line("documented workflows: " + ", ".join(f"{n} {what}" for what, n in module.TALLY.items()))
+        slowest = sorted(module.SECONDS.items(), key=lambda item: -item[1])[:10]
+        terminalreporter.write_line("slowest steps: " + "; ".join(f"{step} {seconds:.0f} s" for step, seconds in slowest))

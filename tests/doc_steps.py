@@ -5,6 +5,8 @@ A command's trailing comment may carry marks in square brackets:
 - `[exit N]`: the exit code the docs state (default 0).
 - `[needs ...]`: why the test cannot run it here, from a closed list (`SKIP_REASONS`).
 - `[runs the tests]`: the test suite itself (`make test`), which a test cannot run.
+- `[slow]`: minutes long even at smoke size (the faults bench, an ablation): run by
+  `make test-docs` (which .ci/run runs), not by `make test`.
 Text the comment quotes ("after preferred in 64% ...") is output the docs promise: its words
 before the first number must appear in what the command prints.
 
@@ -35,7 +37,7 @@ SHELLS = ("sh", "bash")  # the fenced blocks whose commands are steps
 HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
 FENCE = re.compile(r"^```(\S*)[^\n]*\n(.*?)^```", re.S | re.M)
 EXPECTED_FAILURE = re.compile(r"<!--\s*workflow-test:\s*expected to fail until #(\d+):\s*(.+?)\s*-->")
-MARK = re.compile(r"\[(exit \d+|needs [^\]]+|runs the tests)\]")
+MARK = re.compile(r"\[(exit \d+|needs [^\]]+|runs the tests|slow)\]")
 QUOTED = re.compile(r'"([^"]+)"')
 
 
@@ -51,6 +53,7 @@ class Step:
     comment: str
     exit_code: int = 0
     skip: str | None = None  # a value of SKIP_REASONS
+    slow: bool = False  # run by `make test-docs` only
     expected_failure: int | None = None  # the issue the step waits for
     promised: tuple[str, ...] = field(default_factory=tuple)  # what its output must say
 
@@ -140,18 +143,20 @@ def _block_steps(block: str, document: str, first_line: int, expected: dict[str,
 
 
 def _step(document: str, line: int, command: str, comment: str, expected: dict[str, int]) -> Step:
-    exit_code, skip = 0, None
+    exit_code, skip, slow = 0, None, False
     for mark in MARK.findall(comment):
-        if mark.startswith("exit "):
+        if mark == "slow":
+            slow = True
+        elif mark.startswith("exit "):
             exit_code = int(mark.split()[1])
         elif mark in SKIP_REASONS:
             skip = SKIP_REASONS[mark]
         else:
-            raise DocStepError(f"{document}:{line}: [{mark}] is not a known mark; expected [exit N] or one of "
+            raise DocStepError(f"{document}:{line}: [{mark}] is not a known mark; expected [exit N], [slow] or one of "
                                + ", ".join(f"[{m}]" for m in SKIP_REASONS))
     promised = tuple(w for w in (promised_words(q) for q in QUOTED.findall(comment)) if w)
     waits = next((issue for prefix, issue in expected.items() if command.startswith(prefix)), None)
-    return Step(document, line, command, comment, exit_code, skip, waits, promised)
+    return Step(document, line, command, comment, exit_code, skip, slow, waits, promised)
 
 
 def workflow_documents(root: Path) -> list[Path]:

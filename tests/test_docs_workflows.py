@@ -8,8 +8,10 @@ in README.md and docs/*.md runs, in document order, as written, in a scratch dir
 - `RLHFLAB_DEMO_PRESET=smoke` makes the demo preset (the default) run at smoke size, so the
   suite stays within its time; nothing else of a command changes.
 - A command that serves a study (it prints rater links) is answered through its page in the
-  real browser by a person who rates as the world's gold utility says (tests/browser_person.py),
-  then stopped as a person stops it, with Ctrl-C.
+  real browser, every item once, on its first link, by a person who answers as the world's
+  gold utility says (tests/browser_person.py); then it is stopped as a person stops it, Ctrl-C.
+- Commands marked `[slow]` (minutes even at smoke size) run in `make test-docs` only, which
+  walks the pages that hold them again, every command included; .ci/run runs it.
 - A step fails on an exit code other than the one its docs state, or when output the docs
   quote beside it is missing. A step marked expected to fail must fail (strict): the issue that
   mends it removes the mark. The counts (run, skipped by reason, expected failures) are printed
@@ -44,6 +46,7 @@ LINK = re.compile(r"^(\S+): (http://\S+/r/\S+/)$")
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 TALLY: Counter = Counter()  # printed by conftest.py's terminal summary
+SECONDS: dict[str, float] = {}  # each step's wall time, the slowest printed beside the tally
 
 
 @dataclass
@@ -96,7 +99,7 @@ def _follow(step: Step, process: subprocess.Popen, lines: list[str], person) -> 
         if links and serving(links[0]):
             if person is None:
                 pytest.fail(f"{step.where}: `{step.command}` serves a study, and no browser is here to answer it")
-            answers = sum(person.answer_all(link) for link in links)
+            answers = person.answer_all(links[0])  # one person, every item once; the other links stay unused
             os.killpg(process.pid, signal.SIGINT)  # the person is done: Ctrl-C, as the docs say
             break
         if time.monotonic() > deadline:
@@ -135,13 +138,19 @@ def unmet(step: Step, outcome: Outcome) -> str | None:
     return None
 
 
-def walk(document: Path, cwd: Path, person, after_step=None) -> None:
-    """Run a page's commands in order; stop at the first that breaks its promise."""
+def walk(document: Path, cwd: Path, person, slow: bool, after_step=None) -> None:
+    """Run a page's commands in order (its `[slow]` ones only when `slow`); stop at the first
+    that breaks its promise."""
     for step in document_steps(document, ROOT):
         if step.skip:
             TALLY[f"skipped: needs {step.skip}"] += 1
             continue
+        if step.slow and not slow:
+            TALLY["slow, left to make test-docs"] += 1
+            continue
+        started = time.monotonic()
         outcome = run_step(step, cwd, person)
+        SECONDS[f"{step.where} {step.command[:60]}"] = time.monotonic() - started
         broken = unmet(step, outcome)
         if step.expected_failure is not None:
             if broken is None:
@@ -200,12 +209,27 @@ def demo_as_made(workflows: Path, person) -> Path:
     return kept
 
 
-@pytest.mark.parametrize("document", DOCUMENTS, ids=[d.relative_to(ROOT).as_posix() for d in DOCUMENTS])
-def test_documented_workflow_runs_as_written(document: Path, workflows: Path, person):
+def walk_page(document: Path, workflows: Path, person, slow: bool) -> None:
     cwd = scratch(workflows / document.relative_to(ROOT).as_posix().replace("/", "-"))
     if document.name == "README.md":
-        walk(document, cwd, person, after_step=keep_demo_as_made(workflows, cwd))
+        walk(document, cwd, person, slow, after_step=keep_demo_as_made(workflows, cwd))
         return
-    if document_steps(document, ROOT) and not all(s.skip for s in document_steps(document, ROOT)):
+    if any(not s.skip for s in document_steps(document, ROOT)):
         shutil.copytree(demo_as_made(workflows, person), cwd / DEMO_RUN, symlinks=True)
-    walk(document, cwd, person)
+    walk(document, cwd, person, slow)
+
+
+PAGE_IDS = [d.relative_to(ROOT).as_posix() for d in DOCUMENTS]
+SLOW_PAGES = [d for d in DOCUMENTS if any(s.slow and not s.skip for s in document_steps(d, ROOT))]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=PAGE_IDS)
+def test_documented_workflow_runs_as_written(document: Path, workflows: Path, person):
+    walk_page(document, workflows, person, slow=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("document", SLOW_PAGES, ids=[d.relative_to(ROOT).as_posix() for d in SLOW_PAGES])
+def test_documented_workflow_with_its_slow_commands(document: Path, workflows: Path, person):
+    """`make test-docs`: the pages that hold `[slow]` commands, every command run."""
+    walk_page(document, workflows, person, slow=True)
