@@ -8,8 +8,9 @@ in README.md and docs/*.md runs, in document order, as written, in a scratch dir
 - `RLHFLAB_DEMO_PRESET=smoke` makes the demo preset (the default) run at smoke size, so the
   suite stays within its time; nothing else of a command changes.
 - A command that serves a study (it prints rater links) is answered through its page in the
-  real browser, every item once, on its first link, by a person who answers as the world's
-  gold utility says (tests/browser_person.py); then it is stopped as a person stops it, Ctrl-C.
+  real browser, on its first link, 40 items or all it serves, by a person who answers as the
+  world's gold utility says (tests/browser_person.py); then it is stopped as a person stops
+  it, with Ctrl-C.
 - Commands marked `[slow]` (minutes even at smoke size) run in `make test-docs` only, which
   walks the pages that hold them again, every command included; .ci/run runs it.
 - A step fails on an exit code other than the one its docs state, or when output the docs
@@ -41,6 +42,7 @@ from doc_steps import Step, document_steps, workflow_documents
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = workflow_documents(ROOT)
 DEMO_RUN = "runs/demo"  # what the README's first command, `make demo`, makes
+ANSWERS_PER_STUDY = 40  # a person's sitting: enough for a study's results and a preference to show
 STEP_SECONDS = 900  # one command's limit: the faults bench at smoke size takes about 3 minutes
 LINK = re.compile(r"^(\S+): (http://\S+/r/\S+/)$")
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
@@ -93,14 +95,15 @@ def run_step(step: Step, cwd: Path, person) -> Outcome:
 
 def _follow(step: Step, process: subprocess.Popen, lines: list[str], person) -> Outcome:
     deadline = time.monotonic() + STEP_SECONDS
-    answers = 0
+    answers, interrupted = 0, False
     while process.poll() is None:
         links = [m.group(2) for m in map(LINK.match, (line.strip() for line in list(lines))) if m]
         if links and serving(links[0]):
             if person is None:
                 pytest.fail(f"{step.where}: `{step.command}` serves a study, and no browser is here to answer it")
-            answers = person.answer_all(links[0])  # one person, every item once; the other links stay unused
+            answers = person.answer(links[0], ANSWERS_PER_STUDY)  # one person; the other links stay unused
             os.killpg(process.pid, signal.SIGINT)  # the person is done: Ctrl-C, as the docs say
+            interrupted = True
             break
         if time.monotonic() > deadline:
             os.killpg(process.pid, signal.SIGKILL)
@@ -110,7 +113,7 @@ def _follow(step: Step, process: subprocess.Popen, lines: list[str], person) -> 
         code = process.wait(timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{step.where}: `{step.command}` did not end within 60 s of Ctrl-C")
-    return Outcome(code, "".join(lines), answers, interrupted=bool(answers))
+    return Outcome(code, "".join(lines), answers, interrupted)
 
 
 def serving(link: str) -> bool:
