@@ -51,7 +51,8 @@ def main() -> None:
     from rlhflab.distributed import Cluster
     from rlhflab.models.lm import count_parameters, load_tokenizer
     from rlhflab.ppo.components import PPOComponents
-    from rlhflab.ppo.trainer import build_ppo_state, ppo_iteration
+    from rlhflab.ppo.state import build_ppo_state
+    from rlhflab.ppo.trainer import ppo_iteration
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -78,7 +78,8 @@ def time_cell(size: str, engine: str) -> dict:
     from rlhflab.config import load_config
     from rlhflab.models.lm import count_parameters, load_tokenizer
     from rlhflab.ppo.components import PPOComponents
-    from rlhflab.ppo.trainer import build_ppo_state, ppo_iteration
+    from rlhflab.ppo.state import build_ppo_state
+    from rlhflab.ppo.trainer import ppo_iteration
 
     layers, width, heads, batch, iterations = SIZES[size]
     config = load_config("demo", overrides=[f"pretrain.n_layer={layers}", f"pretrain.n_embd={width}",

@@ -50,7 +50,8 @@ def one(root: Path, name: str) -> dict:
     from rlhflab.config import load_config
     from rlhflab.models.decoding import HFCacheDecoder
     from rlhflab.ppo.components import PPOComponents
-    from rlhflab.ppo.trainer import build_ppo_state, ppo_iteration
+    from rlhflab.ppo.state import build_ppo_state
+    from rlhflab.ppo.trainer import ppo_iteration
     from rlhflab.worlds.reviews import ReviewsWorld
 
     fast_decoder, two_level_draw, fused, activation, threads = VARIANTS[name]

@@ -72,7 +72,8 @@ def run_rlhflab_ppo(model_dir: str, reward_dir: str, prompts: list[str], batch_s
     from rlhflab.config import load_config
     from rlhflab.models.lm import count_parameters, load_tokenizer
     from rlhflab.ppo.components import PPOComponents
-    from rlhflab.ppo.trainer import build_ppo_state, ppo_iteration
+    from rlhflab.ppo.state import build_ppo_state
+    from rlhflab.ppo.trainer import ppo_iteration
 
     if threads:
         torch.set_num_threads(threads)

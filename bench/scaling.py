@@ -46,7 +46,8 @@ def profile_demo(lm: Path, rm: Path, prompts: Path) -> str:
     from rlhflab.config import load_config
     from rlhflab.models.lm import load_tokenizer
     from rlhflab.ppo.components import PPOComponents
-    from rlhflab.ppo.trainer import build_ppo_state, ppo_iteration
+    from rlhflab.ppo.state import build_ppo_state
+    from rlhflab.ppo.trainer import ppo_iteration
 
     config = load_config("demo")
     state = build_ppo_state(config, lm, rm, load_tokenizer(lm), PPOComponents())

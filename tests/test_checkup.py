@@ -39,7 +39,7 @@ from rlhflab.ppo import advantages as adv_math
 from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.rollout import Rollout
-from rlhflab.ppo.trainer import load_ppo_state
+from rlhflab.ppo.state import load_ppo_state
 from rlhflab.worlds.reviews import ReviewsWorld
 
 

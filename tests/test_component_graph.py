@@ -84,7 +84,7 @@ def test_two_broken_components_through_the_real_checkup_rank_the_upstream_one_fi
     from rlhflab.checkup.context import ProbeContext
     from rlhflab.config import load_config
     from rlhflab.ppo.components import PPOComponents
-    from rlhflab.ppo.trainer import load_ppo_state
+    from rlhflab.ppo.state import load_ppo_state
     from rlhflab.worlds.reviews import ReviewsWorld
 
     config = load_config("smoke")

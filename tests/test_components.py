@@ -13,7 +13,8 @@ from rlhflab.data.batching import join_prompt_response
 from rlhflab.models.bradley_terry import bt_loss, pair_scores
 from rlhflab.models.optim import warmup_linear_decay
 from rlhflab.ppo.components import PPOComponents, gradient_step, kl_to_reference, shuffled_minibatches
-from rlhflab.ppo.trainer import load_ppo_state, ppo_iteration
+from rlhflab.ppo.state import load_ppo_state
+from rlhflab.ppo.trainer import ppo_iteration
 from rlhflab.stages.reward import run_reward
 from rlhflab.worlds.reviews import ReviewsWorld
 

@@ -145,7 +145,8 @@ class CountingSampler:
 
 
 def test_the_sampler_is_pushed_the_updated_weights_once_per_iteration(smoke_run):
-    from rlhflab.ppo.trainer import load_ppo_state, ppo_iteration
+    from rlhflab.ppo.state import load_ppo_state
+    from rlhflab.ppo.trainer import ppo_iteration
     from rlhflab.worlds.reviews import ReviewsWorld
 
     config = load_config("smoke", overrides=["rollout.correction=token_truncate"])
@@ -206,7 +207,7 @@ def test_the_evaluation_samples_the_trained_weights_not_the_rollout_sampler(smok
     """Whatever samples the rollouts, the held-out evaluation samples the policy itself: a
     weight sync that did not take cannot hide in eval.json."""
     from rlhflab.ppo.evaluation import evaluate_policy
-    from rlhflab.ppo.trainer import load_ppo_state
+    from rlhflab.ppo.state import load_ppo_state
     from rlhflab.seeding import RowStreams
     from rlhflab.worlds.reviews import ReviewsWorld
 
@@ -235,7 +236,8 @@ def test_a_correction_of_weight_w_is_the_update_on_w_times_the_advantages(smoke_
 
     from rlhflab.ppo.correction import Correction
     from rlhflab.ppo.rollout import make_rollout
-    from rlhflab.ppo.trainer import compute_advantages, load_ppo_state, ppo_update
+    from rlhflab.ppo.state import load_ppo_state
+    from rlhflab.ppo.trainer import compute_advantages, ppo_update
     from rlhflab.seeding import torch_generator
     from rlhflab.worlds.reviews import ReviewsWorld
 

@@ -12,7 +12,8 @@ from rlhflab.config import ConfigError, load_config
 from rlhflab.faults.zoo import FAULTS, components_for, get_fault, with_fault
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.rollout import make_rollout
-from rlhflab.ppo.trainer import compute_advantages, load_ppo_state
+from rlhflab.ppo.state import load_ppo_state
+from rlhflab.ppo.trainer import compute_advantages
 from rlhflab.seeding import torch_generator
 from rlhflab.worlds.reviews import ReviewsWorld
 

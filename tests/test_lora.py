@@ -22,7 +22,7 @@ from rlhflab.models.lora import ADAPTER_DIR, AdaptersOff
 from rlhflab.pipeline import run_pipeline
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.run import run_ppo
-from rlhflab.ppo.trainer import load_ppo_state
+from rlhflab.ppo.state import load_ppo_state
 from rlhflab.runs import RunDir, read_jsonl
 from test_models import VOCAB, tiny_gpt2, tiny_llama
 

@@ -20,7 +20,7 @@ from rlhflab.cli import app
 from rlhflab.config import config_from_run, load_config
 from rlhflab.ppo.components import PPOComponents, standardise
 from rlhflab.ppo.run import run_ppo
-from rlhflab.ppo.trainer import load_ppo_state
+from rlhflab.ppo.state import load_ppo_state
 from rlhflab.runs import RunDir, read_jsonl
 
 ARGS = ["--preset", "smoke", "ppo.iterations=14", "ppo.checkpoint_every=3"]

@@ -22,7 +22,7 @@ from rlhflab.cli import app
 from rlhflab.data.batching import encode_prompts, encode_responses, join_prompt_response
 from rlhflab.models.lm import load_tokenizer
 from rlhflab.models.reward_model import load_reward_model, load_reward_tokenizer, score_sequences
-from rlhflab.ppo.rollout import RewardFunction, reward_encoder
+from rlhflab.ppo.reward import RewardFunction, reward_encoder
 from rlhflab.worlds.reviews import ReviewsWorld, WorldConfig
 
 

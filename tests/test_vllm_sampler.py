@@ -23,7 +23,8 @@ from rlhflab.config import RolloutConfig, load_config  # noqa: E402
 from rlhflab.models.sampling import sample_responses  # noqa: E402
 from rlhflab.models.vllm_sampler import VLLMSampler  # noqa: E402
 from rlhflab.ppo.components import PPOComponents  # noqa: E402
-from rlhflab.ppo.trainer import load_ppo_state, ppo_iteration  # noqa: E402
+from rlhflab.ppo.state import load_ppo_state  # noqa: E402
+from rlhflab.ppo.trainer import ppo_iteration  # noqa: E402
 from rlhflab.runs import RunDir, read_jsonl  # noqa: E402
 from rlhflab.seeding import RowStreams, derive_seed  # noqa: E402
 from rlhflab.worlds.reviews import ReviewsWorld  # noqa: E402

@@ -22,7 +22,7 @@ from rlhflab.models.forward import response_logprobs
 from rlhflab.models.lm import load_causal_lm
 from rlhflab.models.precision import forward_dtype
 from rlhflab.ppo.rollout import Rollout, make_rollout
-from rlhflab.ppo.trainer import PPOState
+from rlhflab.ppo.state import PPOState
 from rlhflab.seeding import torch_generator
 from rlhflab.worlds.reviews import ReviewsWorld
 

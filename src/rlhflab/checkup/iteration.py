@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 from rlhflab.ppo.rollout import Rollout
-from rlhflab.ppo.trainer import Advantages, PPOState, compute_advantages, ppo_update
+from rlhflab.ppo.state import PPOState
+from rlhflab.ppo.trainer import Advantages, compute_advantages, ppo_update
 from rlhflab.seeding import torch_generator
 
 

@@ -31,7 +31,7 @@ from rlhflab.config import PipelineConfig
 from rlhflab.distributed import default_device
 from rlhflab.doctor import Component
 from rlhflab.ppo.components import PPOComponents
-from rlhflab.ppo.trainer import load_ppo_state
+from rlhflab.ppo.state import load_ppo_state
 from rlhflab.runs import RunDir, write_json
 from rlhflab.seeding import derive_seed
 from rlhflab.sources import context_length, policy_dir, preference_data, prompt_task

@@ -18,7 +18,8 @@ from rlhflab.checkpoint import has_checkpoint, load_checkpoint
 from rlhflab.checkup.iteration import preserved
 from rlhflab.config import PipelineConfig
 from rlhflab.data.prompt_pool import PromptSource
-from rlhflab.ppo.trainer import PPOState, ppo_iteration
+from rlhflab.ppo.state import PPOState
+from rlhflab.ppo.trainer import ppo_iteration
 from rlhflab.seeding import derive_seed
 
 StateName = Literal["start", "moved"]

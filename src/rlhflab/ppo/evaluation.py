@@ -18,7 +18,7 @@ from rlhflab.ppo.samplers import NativeSampler
 from rlhflab.seeding import RowStreams
 
 if TYPE_CHECKING:
-    from rlhflab.ppo.trainer import PPOState
+    from rlhflab.ppo.state import PPOState
 
 
 @torch.no_grad()

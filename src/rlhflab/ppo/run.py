@@ -25,7 +25,8 @@ from rlhflab.doctor import Finding, LiveLog, StopRule, Watch, write_diagnosis
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.evaluation import evaluate_policy
 from rlhflab.ppo.rollout import Rollout
-from rlhflab.ppo.trainer import PPOState, load_ppo_state, ppo_iteration
+from rlhflab.ppo.state import PPOState, load_ppo_state
+from rlhflab.ppo.trainer import ppo_iteration
 from rlhflab.progress import console, progress_bar
 from rlhflab.runs import RunDir, append_jsonl, read_jsonl, stage_logger, write_json
 from rlhflab.seeding import RowStreams, derive_seed
