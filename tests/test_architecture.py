@@ -217,3 +217,61 @@ def test_every_rule_family_is_imported_by_name():
                 if isinstance(node, ast.ImportFrom) and node.module == "rlhflab.doctor.rules" for a in node.names}
     modules = {p.stem for p in init.parent.glob("*.py")} - {"__init__", "registry"}
     assert imported == set(FAMILIES) == modules
+
+
+def module_level_imports() -> dict[str, set[str]]:
+    """Module -> the rlhflab modules it imports when it is imported: statements at module level,
+    those under `if TYPE_CHECKING:` (and any other module-level `if`/`try`) included, imports
+    inside functions left out. `from a.b import c` imports the module a.b.c where there is one
+    (its package is imported first in any case), else the name c of a.b."""
+    modules = {_module_name(p) for p in (SRC / "rlhflab").rglob("*.py")}
+    graph: dict[str, set[str]] = defaultdict(set)
+
+    def statements(body):
+        for node in body:
+            if isinstance(node, (ast.If, ast.Try)):
+                yield from statements(node.body + node.orelse + getattr(node, "finalbody", [])
+                                      + [s for h in getattr(node, "handlers", []) for s in h.body])
+            else:
+                yield node
+
+    for path in (SRC / "rlhflab").rglob("*.py"):
+        module = _module_name(path)
+        graph[module]
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in statements(ast.parse(path.read_text(encoding="utf-8")).body):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                if not base.startswith("rlhflab"):
+                    continue
+                submodules = {f"{base}.{a.name}" for a in node.names} & modules
+                graph[module].update(submodules)
+                if len(submodules) < len(node.names):  # a name the package itself defines
+                    graph[module].add(base)
+            elif isinstance(node, ast.Import):
+                graph[module].update(a.name for a in node.names if a.name.startswith("rlhflab"))
+    return {m: {t for t in targets if t in modules and t != m} for m, targets in graph.items()}
+
+
+def test_no_import_cycles_between_modules():
+    """No module imports, when it is imported, a module that imports it back, at any depth
+    (TYPE_CHECKING imports too: a cycle there is one a type checker and a reader walk)."""
+    cycle = find_cycle(module_level_imports())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_each_module_of_the_command_line_is_short():
+    """The command line is a package of command families (cli/stages.py, doctor.py, fixes.py,
+    studies.py), rendering and errors: no module of it grows past 400 lines."""
+    long = {p.name: n for p in (SRC / "rlhflab" / "cli").glob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
+    assert not long, long
+
+
+def test_every_command_is_registered_once_in_the_commands_registry():
+    from rlhflab.cli import COMMANDS, app
+
+    names = [c.callback.__name__ for c in app.registered_commands]
+    assert names == [command.__name__ for command, _ in COMMANDS] and len(set(names)) == len(names)

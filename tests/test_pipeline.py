@@ -15,7 +15,8 @@ from rlhflab.doctor.metrics import KNOWN, PPO_METRICS
 from rlhflab.models.lm import build_tiny_lm
 from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents, record_components
-from rlhflab.ppo.trainer import load_ppo_state, ppo_iteration
+from rlhflab.ppo.state import load_ppo_state
+from rlhflab.ppo.trainer import ppo_iteration
 from rlhflab.runs import RunDir, read_jsonl
 from rlhflab.seeding import derive_seed
 from rlhflab.worlds.reviews import ReviewsWorld
@@ -153,7 +154,7 @@ def test_stage_commands_explain_missing_inputs(tmp_path: Path):
 def test_a_stage_result_prints_as_a_table_of_its_groups_and_values():
     from rich.console import Console
 
-    from rlhflab.cli import result_table
+    from rlhflab.cli.render import result_table
 
     summary = {"stage1": {"proxy_mean": 0.1, "kl_mean": 0.0}, "policy": {"proxy_mean": 0.51234, "kl_mean": 2.5},
                "stopped": {"step": 7, "rule": "kl_explosion"}}
