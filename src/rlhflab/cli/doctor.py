@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from rlhflab.cli.common import studies_extra
 from rlhflab.cli.errors import fail
-from rlhflab.cli.render import print_ablation, print_comparison, print_diagnosis
+from rlhflab.cli.render import print_ablation, print_comparison, print_diagnosis, print_formats
 from rlhflab.progress import console
 
 
@@ -65,7 +65,7 @@ def doctor(
     from rlhflab.doctor import LogFormatError, diagnosis_json, parse_map_options, read_and_diagnose, write_diagnosis
 
     if list_formats:
-        list_formats()
+        print_formats()
         return
     if rules_doc is not None:
         from rlhflab.doctor import write_rules_doc

@@ -98,7 +98,7 @@ def print_diagnosis(diagnosis) -> None:
         console.print(f"[dim]note: {escape(note)}[/dim]")
 
 
-def list_formats() -> None:
+def print_formats() -> None:
     from rich.table import Table
 
     from rlhflab.doctor import DIALECTS, FORMATS
