@@ -33,6 +33,8 @@ from rlhflab.doctor.formats.sample_files import read_samples  # noqa: E402
 from rlhflab.doctor.truth import attach_truth  # noqa: E402
 from rlhflab.studies.bots import WORLD_NOISE, world_raters  # noqa: E402
 from rlhflab.studies.design import StudyDesign, draw_items  # noqa: E402
+from rlhflab.studies.kinds import RATING  # noqa: E402
+from rlhflab.studies.ratings import record_rating  # noqa: E402
 from rlhflab.studies.store import Study  # noqa: E402
 from rlhflab.studies.truth import rated_truth  # noqa: E402
 
@@ -59,13 +61,14 @@ def gold_onset(run: Path) -> int | None:
 
 def rate_study(run: Path, samples, reference, per_bin: int, noise: float, draw: int, root: Path):
     directory = root / f"{run.name}-{per_bin}-{noise}-{draw}"
-    study = Study.create(directory, StudyDesign(per_bin=per_bin, repeat_every=0, seed=draw))
+    design = StudyDesign(per_bin=per_bin, repeat_every=0, seed=draw)
+    study = Study.create(directory, design, RATING.design_toml(design))
     bins, items = draw_items(samples, study.design, run.name)
     study.add_system(run.name, str(run), "rlhflab", bins, items)
     for rater, policy in zip(study.ensure_raters(RATERS, "bot"), world_raters(run, reference, (1, 7), RATERS,
                                                                               noise, draw)):
         while (served := study.next_item(rater)) is not None:
-            study.record(rater, served.serve_id, served.nonce, policy(served.prompt, served.response))
+            record_rating(study, rater, served.serve_id, served.nonce, policy(served.prompt, served.response))
     truth = rated_truth(study, run.name)
     shutil.rmtree(directory)
     return truth

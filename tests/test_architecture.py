@@ -275,3 +275,52 @@ def test_every_command_is_registered_once_in_the_commands_registry():
 
     names = [c.callback.__name__ for c in app.registered_commands]
     assert names == [command.__name__ for command, _ in COMMANDS] and len(set(names)) == len(names)
+
+
+def _kind_comparisons(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines that branch on a study's kind: `….design.kind` compared or used as a key, a kind's
+    name compared with something called kind, or a mapping keyed by kinds' names."""
+    def design_kind(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "kind" and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "design")
+
+    def a_name(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and node.value in names
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = (node.left, *node.comparators)
+            if any(design_kind(n) for n in sides) or (
+                    any(a_name(n) for n in sides) and any("kind" in ast.unparse(n) for n in sides if not a_name(n))):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Subscript) and design_kind(node.slice) or isinstance(node, ast.Dict) and sum(a_name(k) for k in node.keys if k is not None) >= 2:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_but_the_kinds_registry_compares_a_study_s_kind():
+    """Study kinds are a registry (studies/kinds): a kind declares its design, page, columns,
+    results and exports in its module, and everything else asks the registry for the study's
+    kind instead of comparing names, so adding a kind touches its module and one line of
+    `KINDS`."""
+    from rlhflab.studies.kinds import KINDS
+
+    registry = SRC / "rlhflab" / "studies" / "kinds" / "__init__.py"
+    found = {f"{path.relative_to(SRC)}:{line}" for path in (SRC / "rlhflab").rglob("*.py") if path != registry
+             for line in _kind_comparisons(ast.parse(path.read_text(encoding="utf-8")), set(KINDS))}
+    assert not found, sorted(found)
+    probe = ast.parse('if study.design.kind == "pair": pass\nPAGES = {"rating": "r.html", "pair": "p.html"}\n'
+                      'x = FIELD[study.design.kind]\nif kind != "rating": pass\nif result["type"] == "rating": pass')
+    assert _kind_comparisons(probe, set(KINDS)) == [1, 2, 3, 4]  # the check sees what it forbids, and only that
+
+
+def test_every_kind_module_is_registered_and_declares_a_page_that_exists():
+    from rlhflab.studies.kinds import KINDS
+
+    modules = {p.stem for p in (SRC / "rlhflab" / "studies" / "kinds").glob("*.py")} - {"__init__"}
+    assert modules == {kind.name for kind in KINDS.values()}
+    templates = SRC / "rlhflab" / "studies" / "templates"
+    for kind in KINDS.values():
+        assert (templates / kind.page).is_file(), kind.page
+        assert kind.answer_field in (templates / kind.page).read_text(encoding="utf-8")

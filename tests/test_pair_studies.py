@@ -17,7 +17,9 @@ from starlette.testclient import TestClient
 from rlhflab.data.files import load_preferences
 from rlhflab.studies.app import create_app
 from rlhflab.studies.build import Source
+from rlhflab.studies.kinds import RATING, kind_of, open_study
 from rlhflab.studies.pair_results import export_preferences, majority, pair_results
+from rlhflab.studies.pair_store import judgements, pair_items, record_choice, sides
 from rlhflab.studies.pairs import build_pair_study
 from rlhflab.studies.pairwise import bradley_terry, wilson_interval, win_matrix
 from rlhflab.studies.store import Study
@@ -47,22 +49,22 @@ def build(tmp_path: Path, names: str = "ab", prompts: int = 6, **asked) -> Study
 def answer_all(study: Study, rater, vote) -> int:
     """Answer every pair served to `rater`: `vote(item_prompt, system_a, system_b)` names the
     preferred system, or "tie"/"both_bad"; translated to the side it is shown on."""
-    items = {(i["prompt"], i["response"]): i for i in study.items()}
+    items = {(i["prompt"], i["response"]): i for i in pair_items(study)}
     answered = 0
     while (served := study.next_item(rater)) is not None:
         item = items[(served.prompt, served.response)]
         said = vote(served.prompt, item["system"], item["system_b"])
         if said in (item["system"], item["system_b"]):
-            shown_left = item["system"] if served.left_side == "a" else item["system_b"]
+            shown_left = item["system"] if served.item["left_side"] == "a" else item["system_b"]
             said = "left" if said == shown_left else "right"
-        assert study.record_choice(rater, served.serve_id, served.nonce, said) == "recorded"
+        assert record_choice(study, rater, served.serve_id, served.nonce, said) == "recorded"
         answered += 1
     return answered
 
 
 def test_every_shared_prompt_gets_every_pair_with_its_side_drawn_and_kept(tmp_path):
     study = build(tmp_path, "abc", prompts=10)
-    items = study.items()
+    items = pair_items(study)
     assert len(items) == 10 * 3  # K(K-1)/2 pairs per prompt; the prompt only a answered is left out
     per_prompt = {}
     for item in items:
@@ -81,14 +83,14 @@ def test_answers_are_kept_by_system_and_the_side_pull_is_measured(tmp_path):
     rater = study.add_rater()
     answered = 0
     while (served := study.next_item(rater)) is not None:  # a rater who always picks the left side
-        assert study.record_choice(rater, served.serve_id, served.nonce, "left") == "recorded"
+        assert record_choice(study, rater, served.serve_id, served.nonce, "left") == "recorded"
         answered += 1
-    judged = study.judgements()
+    judged = judgements(study)
     assert answered == 20 and all(j.choice == j.left_side for j in judged)
     result = pair_results(study)
     assert result.side.left == result.side.decisive == 20 and result.side.low > 0.8
-    assert study.record_choice(rater, 10**6, "x", "left") == "unknown"
-    assert study.record(rater, 1, "x", 3) == "invalid"  # a rating is no answer to a pair
+    assert record_choice(study, rater, 10**6, "x", "left") == "unknown"
+    assert kind_of(study.design).record(study, rater, 1, "x", 3) == "invalid"  # a rating is no answer to a pair
 
 
 def test_results_take_one_majority_vote_per_item(tmp_path):
@@ -126,7 +128,7 @@ def test_strengths_of_several_systems_are_choix_fit_on_the_majority_votes(tmp_pa
     result = pair_results(study)
     names = result.systems
     decided = []
-    for j in study.judgements():
+    for j in judgements(study):
         winner, loser = (j.system_a, j.system_b) if j.choice == "a" else (j.system_b, j.system_a)
         decided.append((names.index(winner), names.index(loser)))
     theirs = choix.ilsr_pairwise(len(names), decided, alpha=0.0, tol=1e-12)
@@ -160,13 +162,13 @@ def test_the_page_and_the_api_answer_a_pair_and_refuse_what_is_not_one(tmp_path)
     page = client.get(f"/r/{rater.token}/")
     assert page.status_code == 200 and "Response A" in page.text and 'value="both_bad"' in page.text
     served = study.next_item(rater)
-    left, right = served.sides
+    left, right = sides(served)
     assert left in page.text and right in page.text
     posted = client.post(f"/r/{rater.token}/", data={"serve": served.serve_id, "csrf": served.nonce, "choice": "right"},
                          follow_redirects=False)
     assert posted.status_code == 303
-    (judged,) = study.judgements()
-    assert judged.choice == ("b" if served.left_side == "a" else "a")  # the right side's system
+    (judged,) = judgements(study)
+    assert judged.choice == ("b" if served.item["left_side"] == "a" else "a")  # the right side's system
     item = client.get(f"/r/{rater.token}/api/next").json()
     assert item["kind"] == "pair" and {"left", "right", "prompt"} <= item.keys() and "response" not in item
     bad = client.post(f"/r/{rater.token}/api/rate", json={"serve": item["serve"], "csrf": item["csrf"], "choice": "7"})
@@ -178,30 +180,35 @@ def test_the_page_and_the_api_answer_a_pair_and_refuse_what_is_not_one(tmp_path)
     assert ok.json() == {"outcome": "recorded"}
 
 
-def test_a_study_built_before_pair_studies_opens_with_the_new_columns(tmp_path):
+def test_a_study_of_schema_version_1_opens_and_gets_the_columns_its_kind_declares(tmp_path):
     import sqlite3
 
     from rlhflab.studies.design import StudyDesign
+    from rlhflab.studies.kinds import PAIR
     from rlhflab.studies.store import SCHEMA
 
-    new_columns = ("system_b_id", "response_b", "left_side", "choice")
-    version_1 = "\n".join(line for line in SCHEMA.splitlines() if not line.strip().startswith(new_columns))
-    version_1 = version_1.replace("gold REAL,", "gold REAL").replace("rated_at REAL NOT NULL,", "rated_at REAL NOT NULL")
-    directory = tmp_path / "old"
-    directory.mkdir()
-    (directory / "study.toml").write_text(StudyDesign().to_toml())
-    with sqlite3.connect(directory / "study.sqlite") as conn:
-        conn.executescript(version_1)
-        conn.execute("PRAGMA user_version = 1")
-        conn.execute("INSERT INTO systems VALUES (1, 'run', 'run', 'rlhflab')")
-        conn.execute("INSERT INTO items (key, system_id, bin, step, prompt, response) VALUES ('k', 1, 0, 3, 'p', 'r')")
-    study = Study.open(directory)
-    assert [(i["prompt"], i["response"], i["response_b"]) for i in study.items()] == [("p", "r", None)]
-    rater = study.add_rater()
-    served = study.next_item(rater)
-    assert study.record(rater, served.serve_id, served.nonce, 5) == "recorded"
-    with sqlite3.connect(directory / "study.sqlite") as conn:
+    def old_study(name: str, design_text: str) -> Path:
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / "study.toml").write_text(design_text)
+        with sqlite3.connect(directory / "study.sqlite") as conn:
+            conn.executescript(SCHEMA)  # the shared tables have not changed since version 1
+            conn.execute("PRAGMA user_version = 1")
+            conn.execute("INSERT INTO systems VALUES (1, 'run', 'run', 'rlhflab')")
+            conn.execute("INSERT INTO items (key, system_id, bin, step, prompt, response) "
+                         "VALUES ('k', 1, 0, 3, 'p', 'r')")
+        return directory
+
+    rated = open_study(old_study("rated", RATING.design_toml(StudyDesign())))
+    assert [(i["prompt"], i["response"]) for i in rated.items()] == [("p", "r")]
+    rater = rated.add_rater()
+    served = rated.next_item(rater)
+    assert kind_of(rated.design).record(rated, rater, served.serve_id, served.nonce, 5) == "recorded"
+    with sqlite3.connect(rated.directory / "study.sqlite") as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    pairs = open_study(old_study("pairs", PAIR.design_toml(PAIR.design({}))))
+    assert {"system_b_id", "response_b", "left_side"} <= set(pairs.items()[0])
+    assert "choice" in {column["name"] for column in pairs.rows("PRAGMA table_info(ratings)")}
 
 
 # --- end to end: models sampled, simulated labelers through the HTTP API, stage 2 trained ------
@@ -363,7 +370,7 @@ def test_a_judge_that_reads_the_order_is_asked_both_and_its_position_bias_is_mea
     report = judge_pairs(study, first_always)
     assert report.answered == 12 and len(report.single_order) == 24
     assert report.position_bias()[0] == 1.0  # it always chose the first shown...
-    assert {j.choice for j in study.judgements()} == {"tie"}  # ...so the two orders never agree
+    assert {j.choice for j in judgements(study)} == {"tie"}  # ...so the two orders never agree
     fair = FunctionPairJudge("prefers-b", lambda prompt, left, right: "left" if left.startswith("b") else "right",
                              reads_order=True)
     judge_pairs(study, fair)
@@ -385,7 +392,7 @@ def test_a_reward_model_judge_prefers_the_higher_score_and_answers_every_pair(sm
     judge = RewardModelPairJudge(run / "stage2_rm", run / "stage1_lm")
     assert judge_pairs(study, judge).answered == 8
     scorer = RewardModelJudge(run / "stage2_rm", run / "stage1_lm")
-    for item, judged in zip(study.items(), study.judgements()):
+    for item, judged in zip(study.items(), judgements(study)):
         a, b = scorer.judge(item["prompt"], item["response"]).score, scorer.judge(item["prompt"], item["response_b"]).score
         assert judged.choice == ("a" if a > b else "b" if b > a else "tie")
     assert judge_pairs(study, judge).answered == 0  # run again: it resumes, nothing left
@@ -439,7 +446,7 @@ def test_verify_by_preference_samples_both_policies_and_a_judge_gives_the_verdic
     assert "truth (after's win rate over before in" in said and "verdict:" in said
     study = Study.open(tmp_path / "run-verify" / "studies" / "pairs")
     assert [s.name for s in study.systems()] == ["run", "run-verify"]
-    assert len(study.judgements()) == study.item_count() > 0  # the judge answered every pair
+    assert len(judgements(study)) == study.item_count() > 0  # the judge answered every pair
     assert (run / "samples" / "policy.jsonl").is_file() and (tmp_path / "run-verify" / "samples" / "policy.jsonl").is_file()
     without = subprocess.run([sys.executable, "-m", "rlhflab.cli", "verify", str(run), "--fix", "ppo.kl_coef=0.05",
                               "--quiet", "--pair"], capture_output=True, text=True)
@@ -459,3 +466,16 @@ def test_pair_with_a_judge_answers_at_once_and_gives_the_judges_results(smoke_ru
     assert "as the judge(s) answered" in said  # (texts the world scores alike: ties, so no side bias to say)
     (outcome,) = pair_results(Study.open(tmp_path / "judged"), kinds=("judge",)).pairs
     assert outcome.wins + outcome.losses + outcome.ties == 10 and outcome.unjudged == 0
+
+
+def test_a_pair_study_is_refused_as_a_rated_truth_and_a_rating_study_as_a_pair_study(tmp_path):
+    from rlhflab.studies.as_truth import named_truth
+    from rlhflab.studies.design import StudyError
+    from rlhflab.studies.kinds import PAIR
+
+    study = build(tmp_path)
+    with pytest.raises(StudyError, match="compares systems.*rlhflab compare"):
+        named_truth(tmp_path / "a.jsonl", f"{study.directory}:a")
+    with pytest.raises(StudyError, match="a pair study, not a rating study; read it with rlhflab pair"):
+        open_study(study.directory, RATING)
+    assert open_study(study.directory, PAIR).design.kind == "pair"

@@ -25,6 +25,8 @@ from rlhflab.doctor.samples import Sample
 from rlhflab.studies.app import create_app
 from rlhflab.studies.bots import quantile_cuts, world_raters
 from rlhflab.studies.design import StudyDesign, StudyError, draw_items, step_bins
+from rlhflab.studies.kinds import RATING
+from rlhflab.studies.ratings import record_rating
 from rlhflab.studies.results import study_results
 from rlhflab.studies.stats import crossed_bootstrap, krippendorff_alpha
 from rlhflab.studies.store import Study
@@ -39,7 +41,7 @@ def samples(steps: int = 40, per_step: int = 4, text=lambda s, k: f"response {s}
 
 def build(tmp_path: Path, design: StudyDesign = StudyDesign(), systems=("a",), raters: int = 2,
           items: list[Sample] | None = None) -> Study:
-    study = Study.create(tmp_path / "study", design)
+    study = Study.create(tmp_path / "study", design, RATING.design_toml(design))
     for name in systems:
         bins, drawn = draw_items(items or samples(), design, name)
         study.add_system(name, f"/data/{name}.jsonl", "table", bins, drawn)
@@ -170,14 +172,14 @@ def test_a_rater_is_served_the_same_item_until_answering_it(tmp_path: Path):
     rater = study.raters()[0]
     first = study.next_item(rater)
     assert study.next_item(rater) == first  # leaving and coming back: the same item
-    assert study.record(rater, first.serve_id, first.nonce, 4) == "recorded"
-    assert study.record(rater, first.serve_id, first.nonce, 5) == "duplicate"
+    assert record_rating(study, rater, first.serve_id, first.nonce, 4) == "recorded"
+    assert record_rating(study, rater, first.serve_id, first.nonce, 5) == "duplicate"
     second = study.next_item(rater)
     assert second.serve_id != first.serve_id
-    assert study.record(rater, second.serve_id, "not-the-nonce", 4) == "forbidden"
+    assert record_rating(study, rater, second.serve_id, "not-the-nonce", 4) == "forbidden"
     other = study.raters()[1]
-    assert study.record(other, second.serve_id, second.nonce, 4) == "unknown"  # not served to them
-    assert study.record(rater, second.serve_id, second.nonce, 8) == "invalid"
+    assert record_rating(study, other, second.serve_id, second.nonce, 4) == "unknown"  # not served to them
+    assert record_rating(study, rater, second.serve_id, second.nonce, 8) == "invalid"
     with sqlite3.connect(study.directory / "study.sqlite") as conn:
         assert conn.execute("SELECT rating FROM ratings").fetchall() == [(4,)]
 
@@ -185,7 +187,7 @@ def test_a_rater_is_served_the_same_item_until_answering_it(tmp_path: Path):
 def rate_all(study: Study, rater, answer=lambda served: 4) -> list:
     served_items = []
     while (served := study.next_item(rater)) is not None:
-        assert study.record(rater, served.serve_id, served.nonce, answer(served)) == "recorded"
+        assert record_rating(study, rater, served.serve_id, served.nonce, answer(served)) == "recorded"
         served_items.append(served)
     return served_items
 

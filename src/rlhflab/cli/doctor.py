@@ -144,14 +144,14 @@ def _rated_truth(log: Path, truth: Optional[str], table):
         if not (log.is_dir() and any((log / "studies").glob(f"*/{DATABASE_FILE}"))):
             return None
         try:
-            from rlhflab.studies.truth import found_truth
+            from rlhflab.studies.as_truth import found_truth
         except ImportError:  # the studies extra is absent: diagnose without the study
             table.notes.append(f"a rating study is in {log / 'studies'}; reading it needs pip install 'rlhflab[studies]'")
             return None
         return found_truth(log, table)
     studies_extra()
+    from rlhflab.studies.as_truth import named_truth
     from rlhflab.studies.design import StudyError
-    from rlhflab.studies.truth import named_truth
 
     try:
         return named_truth(log, truth)
@@ -285,8 +285,8 @@ def _compare_arms(groups: list[list[str]], tables, truth: Optional[Path], json_o
 def study_truth_change(directory: Path, before_runs: list[str], after_runs: list[str], before, after):
     """compare --truth: the change the study measures between the runs (`studies.truth.study_truth_change`)."""
     studies_extra()
+    from rlhflab.studies.as_truth import study_truth_change
     from rlhflab.studies.design import StudyError
-    from rlhflab.studies.truth import study_truth_change
 
     try:
         return study_truth_change(directory, before_runs, after_runs, before, after)

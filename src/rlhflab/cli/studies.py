@@ -66,15 +66,16 @@ def rate(
 ) -> None:
     studies_extra()
     from rlhflab.doctor import parse_map_options
-    from rlhflab.studies.build import open_or_build, open_rating_study, parse_sources, study_directory
+    from rlhflab.studies.build import open_or_build, parse_sources, study_directory
     from rlhflab.studies.design import parse_scale
+    from rlhflab.studies.kinds import RATING, open_study
 
     def opened():
         directory, listed = _study_or_sources(study, sources)
         parsed = parse_sources(listed)
         directory = study_directory(directory, parsed)
         if results:
-            print_study_results(open_rating_study(directory), json_output)
+            print_study_results(open_study(directory, RATING), json_output)
             return None
         asked = {k: v for k, v in dict(bins=bins, per_bin=per_bin, ratings_per_item=ratings_per_item,
                                        repeat_every=repeat_every, seed=seed).items() if v is not None}
@@ -208,21 +209,22 @@ def pair(
     from rlhflab.doctor import parse_map_options
     from rlhflab.studies.build import parse_sources
     from rlhflab.studies.design import StudyError
+    from rlhflab.studies.kinds import PAIR, open_study
     from rlhflab.studies.pairs import build_pair_study
-    from rlhflab.studies.store import Study
 
     def opened():
         directory, listed = _study_or_sources(study, sources)
         if directory is None:
             raise StudyError("give the study's directory with --study DIR")
         if results or export is not None:
-            existing = Study.open(directory)
-            if existing.design.kind != "pair":
-                raise StudyError(f"{directory}: a rating study (rlhflab rate {directory} --results)")
+            existing = open_study(directory, PAIR)
             if results:
                 print_pair_results(existing, json_output)
             else:
-                _export_pairs(existing, export, per_judgement)
+                written = PAIR.exports["preferences-per-judgement" if per_judgement else "preferences"](existing, export)
+                for line in written:
+                    console.print(f"{escape(line)}; train on them with: rlhflab reward --preferences "
+                                  f"{escape(str(export))}")
             return None
         parsed = _sampled_sources(parse_sources(listed), prompts, directory)
         asked = {k: v for k, v in dict(prompts_drawn=prompts_drawn, ratings_per_item=ratings_per_item,
@@ -302,15 +304,6 @@ def _sampled_sources(sources, prompts: Optional[Path], study: Path):
     return sampled_sources(sources, prompts, study, sample_one)
 
 
-def _export_pairs(study, out: Path, per_judgement: bool) -> None:
-    from rlhflab.studies.pair_results import export_preferences
-
-    exported = export_preferences(study, out, per_judgement)
-    dropped = ", ".join(f"{n} {why}" for why, n in sorted(exported.dropped.items())) or "none"
-    console.print(f"wrote {exported.written} preference records to {escape(str(out))} (dropped: {dropped}); train "
-                  f"on them with: rlhflab reward --preferences {escape(str(out))}")
-
-
 def _run_judges(study, judges: list[str], template: Optional[Path], label: Optional[str],
                 tokenizer: Optional[Path]) -> None:
     """`rate --judge KIND:DIR ...`: each judge rates every item (resuming), then the agreement."""
@@ -333,14 +326,15 @@ def _run_judges(study, judges: list[str], template: Optional[Path], label: Optio
 def _interchange(study, export: Optional[str], out: Optional[Path], import_file: Optional[Path]) -> None:
     """`rate --export TOOL --out FILE` and `rate --import FILE`."""
     from rlhflab.studies.design import StudyError
-    from rlhflab.studies.interchange import TOOLS, export_items, import_ratings
+    from rlhflab.studies.interchange import import_ratings
+    from rlhflab.studies.kinds import RATING
 
     try:
         if export is not None:
-            if export not in TOOLS or out is None:
-                raise StudyError(f"--export takes one of {', '.join(TOOLS)} and needs --out FILE")
-            for path in export_items(study, export, out):
-                console.print(f"wrote {escape(str(path))}")
+            if export not in RATING.exports or out is None:
+                raise StudyError(f"--export takes one of {', '.join(RATING.exports)} and needs --out FILE")
+            for line in RATING.exports[export](study, out):
+                console.print(escape(line))
         if import_file is not None:
             imported = import_ratings(study, import_file)
             console.print(f"imported {imported.recorded} ratings ({imported.duplicates} already held)")

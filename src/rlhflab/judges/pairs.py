@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from rlhflab.studies.design import StudyError
+from rlhflab.studies.kinds import PAIR, require_kind
+from rlhflab.studies.pair_store import record_choice, sides
 from rlhflab.studies.pairwise import wilson_interval
 from rlhflab.studies.store import Study
 
@@ -135,13 +137,12 @@ def judge_pairs(study: Study, judge: PairJudge, advance: Callable[[], None] = la
     """Answer every pair of `study` with `judge`, as a rater of its own (resuming where it
     stopped): a judge that reads the order is asked both; the side the page would show is
     the item's own."""
-    if study.design.kind != "pair":
-        raise StudyError(f"{study.directory}: a {study.design.kind} study; pairwise judges answer comparison studies")
+    require_kind(study, PAIR)
     rater = next((r for r in study.raters("judge") if r.name == judge.name), None) or study.add_rater(
         "judge", judge.name)
     report = JudgeReport(judge.name)
     while (served := study.next_item(rater)) is not None:
-        left, right = served.sides
+        left, right = sides(served)
         shown = judge.prefer(served.prompt, left, right)
         report.single_order.append(shown)
         answer = {"first": "left", "second": "right"}.get(shown, "tie")
@@ -150,7 +151,7 @@ def judge_pairs(study: Study, judge: PairJudge, advance: Callable[[], None] = la
             report.single_order.append(swapped)
             agreed = {"first": "right", "second": "left"}.get(swapped, "tie")
             answer = answer if answer == agreed else "tie"
-        outcome = study.record_choice(rater, served.serve_id, served.nonce, answer)
+        outcome = record_choice(study, rater, served.serve_id, served.nonce, answer)
         if outcome != "recorded":
             raise StudyError(f"{judge.name}: its answer to a pair was {outcome}")
         report.answered += 1

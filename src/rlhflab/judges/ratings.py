@@ -32,6 +32,8 @@ from rlhflab.data.batching import encode_sft
 from rlhflab.models.lm import check_model_dir, load_causal_lm, load_tokenizer
 from rlhflab.models.reward_model import load_reward_model, load_reward_tokenizer, max_input_length, score_sequences
 from rlhflab.studies.design import StudyError
+from rlhflab.studies.kinds import RATING, require_kind
+from rlhflab.studies.ratings import record_rating
 from rlhflab.studies.store import Study
 
 TEMPLATE_FIELDS = ("prompt", "response", "low", "high")
@@ -153,12 +155,13 @@ class LanguageModelJudge:
 
 def judge_study(study: Study, judge: Judge, advance: Callable[[], None] = lambda: None) -> int:
     """Rate every item of `study` with `judge`, as a rater of its own; resumes where it stopped."""
+    require_kind(study, RATING)
     rater = next((r for r in study.raters("judge") if r.name == judge.name), None) or study.add_rater(
         "judge", judge.name)
     rated = 0
     while (served := study.next_item(rater)) is not None:
         verdict = judge.judge(served.prompt, served.response)
-        outcome = study.record(rater, served.serve_id, served.nonce, verdict.rating, verdict.score)
+        outcome = record_rating(study, rater, served.serve_id, served.nonce, verdict.rating, verdict.score)
         if outcome != "recorded":
             raise StudyError(f"{judge.name}: its judgement of an item was {outcome}")
         rated += 1

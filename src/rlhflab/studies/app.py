@@ -6,8 +6,8 @@ Routes (all under a rater's link; anything else is refused with 403):
 - `GET  /r/TOKEN/api/next`  the same item as JSON, for programs that rate (bots, judges)
 - `POST /r/TOKEN/api/rate`  a rating as JSON
 
-A pair study's page shows one prompt and two responses side by side, and its answer is a
-`choice`: "left", "right", "tie" or "both_bad" (the store keeps it by system).
+The study's kind (studies/kinds) gives the page's template, the field that carries an
+answer, what `api/next` shows and says about answering, and how an answer is kept.
 - `GET  /r/TOKEN/rate.css`, `/r/TOKEN/rate.js`   the page's own style and keyboard keys
 
 Security is the default: tokens are compared in constant time (`Study.rater_for`); an
@@ -34,7 +34,9 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from rlhflab.studies.design import UNREADABLE
-from rlhflab.studies.store import ANSWERS, Rater, Study
+from rlhflab.studies.kind import StudyKind
+from rlhflab.studies.kinds import kind_of
+from rlhflab.studies.store import Rater, Study
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
@@ -64,23 +66,13 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
 
 
-def parse_rating(value: object, study: Study) -> tuple[bool, int | None]:
-    """(valid, rating): a point of the scale, or `UNREADABLE` (None)."""
-    if value == UNREADABLE:
-        return True, None
-    try:
-        rating = int(str(value))
-    except ValueError:
-        return False, None
-    return rating in study.design.scale, rating
-
-
 def create_app(study: Study, allowed_hosts: Sequence[str] = ("127.0.0.1", "localhost", "[::1]")) -> Starlette:
     """The study's app (module docstring). `allowed_hosts`: the Host headers accepted
     (`["*"]` for any, when serving on an address the app cannot know the names of)."""
     templates = Environment(loader=PackageLoader("rlhflab.studies", "templates"),
                             autoescape=select_autoescape(default=True, default_for_string=True))
     assets = {name: resources.files("rlhflab.studies").joinpath("static", name).read_bytes() for name in ASSETS}
+    kind = kind_of(study.design)
 
     def rater_of(request: Request) -> Rater | None:
         return study.rater_for(request.path_params.get("token", ""))
@@ -91,9 +83,9 @@ def create_app(study: Study, allowed_hosts: Sequence[str] = ("127.0.0.1", "local
             return PlainTextResponse(REFUSED, status_code=403)
         served = study.next_item(rater)
         progress = study.progress(rater)
-        html = templates.get_template(PAGES[study.design.kind]).render(
-            design=study.design, served=served, progress=progress, unreadable=UNREADABLE,
-            notice=request.query_params.get("notice", ""))
+        html = templates.get_template(kind.page).render(
+            design=study.design, served=served, shown=kind.shown(served) if served else {}, progress=progress,
+            unreadable=UNREADABLE, notice=request.query_params.get("notice", ""))
         return HTMLResponse(html)
 
     async def answer_form(request: Request) -> Response:
@@ -101,8 +93,8 @@ def create_app(study: Study, allowed_hosts: Sequence[str] = ("127.0.0.1", "local
         if rater is None:
             return PlainTextResponse(REFUSED, status_code=403)
         form = await request.form()
-        outcome = await run_in_threadpool(_record, study, rater, form.get("serve"), form.get("csrf"),
-                                          form.get(ANSWER_FIELD[study.design.kind]))
+        outcome = await run_in_threadpool(_record, study, kind, rater, form.get("serve"), form.get("csrf"),
+                                          form.get(kind.answer_field))
         if outcome == "forbidden":
             return PlainTextResponse("This answer does not carry the token of the item it answers.", status_code=403)
         notice = "" if outcome in ("recorded", "duplicate") else "?notice=" + outcome
@@ -114,24 +106,17 @@ def create_app(study: Study, allowed_hosts: Sequence[str] = ("127.0.0.1", "local
             return JSONResponse({"error": REFUSED}, status_code=403)
         served = study.next_item(rater)
         progress = study.progress(rater)
-        body = {"done": served is None, "rated": progress.rated, "to_go": progress.to_go, "kind": study.design.kind}
-        if study.design.kind == "pair":
-            body["choices"] = list(ANSWERS)
-        else:
-            body.update(scale=[study.design.scale_min, study.design.scale_max], unreadable=UNREADABLE)
+        body = {"done": served is None, "rated": progress.rated, "to_go": progress.to_go, "kind": kind.name,
+                **kind.answering(study.design)}
         if served is not None:
-            body.update(serve=served.serve_id, csrf=served.nonce, prompt=served.prompt)
-            if study.design.kind == "pair":
-                body.update(left=served.sides[0], right=served.sides[1])
-            else:
-                body["response"] = served.response
+            body.update(serve=served.serve_id, csrf=served.nonce, prompt=served.prompt, **kind.shown(served))
         return JSONResponse(body)
 
     async def api_rate(request: Request) -> Response:
         rater = rater_of(request)
         if rater is None:
             return JSONResponse({"error": REFUSED}, status_code=403)
-        answer = ANSWER_FIELD[study.design.kind]
+        answer = kind.answer_field
         expected = f"expected a JSON object {{serve, csrf, {answer}}}"
         try:
             body = await request.json()
@@ -139,7 +124,8 @@ def create_app(study: Study, allowed_hosts: Sequence[str] = ("127.0.0.1", "local
             return JSONResponse({"error": expected}, status_code=400)
         if not isinstance(body, dict):
             return JSONResponse({"error": expected}, status_code=400)
-        outcome = await run_in_threadpool(_record, study, rater, body.get("serve"), body.get("csrf"), body.get(answer))
+        outcome = await run_in_threadpool(_record, study, kind, rater, body.get("serve"), body.get("csrf"),
+                                          body.get(answer))
         status = {"recorded": 200, "duplicate": 409, "unknown": 404, "forbidden": 403, "invalid": 400}[outcome]
         return JSONResponse({"outcome": outcome}, status_code=status)
 
@@ -170,15 +156,7 @@ def create_app(study: Study, allowed_hosts: Sequence[str] = ("127.0.0.1", "local
     return Starlette(routes=routes, middleware=middleware)
 
 
-PAGES = {"rating": "rate.html", "pair": "pair.html"}
-ANSWER_FIELD = {"rating": "rating", "pair": "choice"}
-
-
-def _record(study: Study, rater: Rater, serve: object, csrf: object, answer: object) -> str:
-    if study.design.kind == "pair":
-        valid, value = answer in ANSWERS, answer
-    else:
-        valid, value = parse_rating(answer, study)
+def _record(study: Study, kind: StudyKind, rater: Rater, serve: object, csrf: object, answer: object) -> str:
     try:
         serve_id = int(str(serve))
     except ValueError:
@@ -187,8 +165,4 @@ def _record(study: Study, rater: Rater, serve: object, csrf: object, answer: obj
         return "unknown"
     if not isinstance(csrf, str) or not csrf:
         return "forbidden"
-    if not valid:
-        return "invalid"
-    if study.design.kind == "pair":
-        return study.record_choice(rater, serve_id, csrf, value)
-    return study.record(rater, serve_id, csrf, value)
+    return kind.record(study, rater, serve_id, csrf, answer)

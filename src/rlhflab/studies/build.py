@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 
 from rlhflab.doctor import read_samples
 from rlhflab.studies.design import DrawnItem, StepBin, StudyDesign, StudyError, draw_items
+from rlhflab.studies.kinds import RATING, create_study, open_study
 from rlhflab.studies.store import Study, System
 
 DEFAULT_STUDY = Path("studies") / "ratings"
@@ -103,7 +104,7 @@ def open_or_build(directory: Path, sources: Sequence[Source], asked: Mapping[str
     `asked`: the design fields given on the command line (the rest are the defaults); an
     existing study keeps the design it was built with, and asking for another is an error."""
     if Study.exists(directory):
-        study = open_rating_study(directory)
+        study = open_study(directory, RATING)
         differ = {k: v for k, v in asked.items() if getattr(study.design, k) != v}
         if differ:
             held = ", ".join(f"{k} = {getattr(study.design, k)!r}, not {v!r}" for k, v in differ.items())
@@ -120,15 +121,6 @@ def open_or_build(directory: Path, sources: Sequence[Source], asked: Mapping[str
         return study, add_drawn(study, draw_sources(fresh, study.design, mapping))
     if not sources:
         raise StudyError(f"{directory}: no study here yet; give the sample files or runs to rate")
-    design = StudyDesign(**asked)
-    drawn = draw_sources(sources, design, mapping)
-    study = Study.create(directory, design)
+    drawn = draw_sources(sources, RATING.design(asked), mapping)
+    study = create_study(directory, RATING, asked)
     return study, add_drawn(study, drawn)
-
-
-def open_rating_study(directory: Path) -> Study:
-    """The rating study at `directory` (a pair study there is said, with its command)."""
-    study = Study.open(directory)
-    if study.design.kind != "rating":
-        raise StudyError(f"{directory}: a {study.design.kind} study; read it with rlhflab pair {directory}")
-    return study

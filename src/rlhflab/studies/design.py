@@ -18,9 +18,6 @@ import tomllib
 from rlhflab.doctor import Sample
 from rlhflab.seeding import derive_seed
 
-KINDS = ("rating", "pair")
-"""A rating study asks for a point of a scale per response; a pair study, which of two
-systems' responses to one prompt is better (studies/pairs.py)."""
 UNREADABLE = "unreadable"
 """The answer outside the scale: the response is unreadable or broken (left out of means)."""
 
@@ -31,18 +28,16 @@ class StudyError(ValueError):
 
 @dataclass(frozen=True)
 class StudyDesign:
-    """What a study asks and of how many items; written out in full to `DIR/study.toml`
-    (the fields its kind uses)."""
+    """What a study asks and of how many items; written out to `DIR/study.toml` with the
+    fields its kind reads (`StudyKind.design_toml`)."""
 
-    kind: str = field(default="rating", metadata={"doc": "rating (a score per response) or pair (A or B)"})
-    scale_min: int = field(default=1, metadata={"doc": "the lowest rating (the worst response)", "kinds": ("rating",)})
-    scale_max: int = field(default=7, metadata={"doc": "the highest rating (the best response)", "kinds": ("rating",)})
-    bins: int = field(default=10, metadata={"doc": "step bins per system: runs of consecutive steps, as many steps each",
-                                            "kinds": ("rating",)})
-    per_bin: int = field(default=8, metadata={"doc": "distinct samples drawn from each bin", "kinds": ("rating",)})
+    kind: str = field(default="rating", metadata={"doc": "what the study asks (studies/kinds)"})
+    scale_min: int = field(default=1, metadata={"doc": "the lowest rating (the worst response)"})
+    scale_max: int = field(default=7, metadata={"doc": "the highest rating (the best response)"})
+    bins: int = field(default=10, metadata={"doc": "step bins per system: runs of consecutive steps, as many steps each"})
+    per_bin: int = field(default=8, metadata={"doc": "distinct samples drawn from each bin"})
     prompts_drawn: int = field(default=0, metadata={
-        "doc": "prompts drawn, each with every pair of systems (0: every prompt all systems answered)",
-        "kinds": ("pair",)})
+        "doc": "prompts drawn, each with every pair of systems (0: every prompt all systems answered)"})
     ratings_per_item: int = field(default=2, metadata={"doc": "raters who rate each item at least"})
     repeat_every: int = field(default=10, metadata={
         "doc": "after this many new items a rater sees one rated before, for consistency (0: never)"})
@@ -52,8 +47,6 @@ class StudyDesign:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.kind not in KINDS:
-            problems.append(f"kind = {self.kind!r}: one of {', '.join(KINDS)}")
         if self.prompts_drawn < 0:
             problems.append(f"prompts_drawn = {self.prompts_drawn}: must be 0 (all) or more")
         if self.scale_max <= self.scale_min:
@@ -72,16 +65,6 @@ class StudyDesign:
     def scale(self) -> range:
         return range(self.scale_min, self.scale_max + 1)
 
-    def to_toml(self) -> str:
-        command = "rate" if self.kind == "rating" else "pair"
-        lines = [f"# The study's design (rlhflab {command}); the answers live in study.sqlite.", "[design]"]
-        for f in fields(self):
-            if self.kind not in f.metadata.get("kinds", KINDS):
-                continue
-            value = getattr(self, f.name)
-            lines.append(f"{f.name} = {_toml_value(value)}  # {f.metadata['doc']}")
-        return "\n".join(lines) + "\n"
-
     @classmethod
     def from_toml(cls, path: Path) -> "StudyDesign":
         try:
@@ -96,7 +79,7 @@ class StudyDesign:
         return cls(**design)
 
 
-def _toml_value(value) -> str:
+def toml_value(value) -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return str(value).lower() if isinstance(value, bool) else str(value)

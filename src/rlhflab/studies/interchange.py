@@ -28,6 +28,7 @@ from xml.sax.saxutils import quoteattr
 
 from rlhflab.runs import read_jsonl
 from rlhflab.studies.design import UNREADABLE, StudyError
+from rlhflab.studies.ratings import record_imported
 from rlhflab.studies.store import Study
 
 Tool = Literal["label-studio", "argilla"]
@@ -111,7 +112,7 @@ def import_ratings(study: Study, path: Path, tool: Tool | None = None) -> Import
             continue
         name = f"{tool}:{user}"
         rater = raters.get(name) or raters.setdefault(name, study.add_rater("tool", name))
-        outcome = study.record_imported(rater, key, rating)
+        outcome = record_imported(study, rater, key, rating)
         if outcome == "recorded":
             result.recorded += 1
         elif outcome == "duplicate":

@@ -21,9 +21,10 @@ from pathlib import Path
 from rlhflab.doctor import TruthChange
 from rlhflab.seeding import derive_seed
 from rlhflab.studies.design import StudyError
+from rlhflab.studies.pair_store import Judgement, judgements, pair_items
 from rlhflab.studies.pairwise import bootstrap_strengths, wilson_interval, win_rate
 from rlhflab.studies.results import HUMAN_KINDS
-from rlhflab.studies.store import Judgement, Study
+from rlhflab.studies.store import Study
 
 BOOTSTRAP_DRAWS = 1000
 
@@ -116,7 +117,7 @@ def judge_agreement(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> list[
     people = {item: majority([j.choice for j in answers]) for item, answers in by_item.items()}
     out = []
     for judge in study.raters("judge"):
-        said = {j.item_id: j.choice for j in study.judgements() if j.rater_id == judge.id and not j.repeat}
+        said = {j.item_id: j.choice for j in judgements(study) if j.rater_id == judge.id and not j.repeat}
         shared = [i for i, choice in people.items() if choice is not None and i in said]
         agree = sum(said[i] == people[i] for i in shared)
         low, high = wilson_interval(agree, len(shared)) if shared else (None, None)
@@ -126,7 +127,7 @@ def judge_agreement(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> list[
 
 def _fresh_by_item(study: Study, kinds: tuple[str, ...]) -> tuple[dict[int, list[Judgement]], list[Judgement], dict]:
     raters = {r.id: r for r in study.raters() if r.kind in kinds}
-    answers = [j for j in study.judgements() if j.rater_id in raters]
+    answers = [j for j in judgements(study) if j.rater_id in raters]
     by_item: dict[int, list[Judgement]] = defaultdict(list)
     for j in answers:
         if not j.repeat:
@@ -138,7 +139,7 @@ def pair_results(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> PairResu
     """The summary of a pair study (module docstring)."""
     by_item, answers, raters = _fresh_by_item(study, kinds)
     systems = [s.name for s in study.systems()]
-    items = study.items()
+    items = pair_items(study)
     counts: dict[tuple[str, str], Counter] = defaultdict(Counter)
     decided: list[tuple[int, int]] = []  # (winner, loser) system indices, one per decided item
     for item in items:
@@ -211,7 +212,7 @@ def export_preferences(study: Study, out: Path, per_judgement: bool = False,
     by_item, _, _ = _fresh_by_item(study, kinds)
     dropped: Counter = Counter()
     records = []
-    for item in study.items():
+    for item in pair_items(study):
         answers = by_item.get(item["id"], [])
         if not answers:
             dropped["unjudged"] += 1
@@ -249,7 +250,7 @@ def preference_change(study: Study, before: list[str], after: list[str],
     is significant when the interval leaves out 1/2. Raters of `kinds` only (people by default)."""
     by_item, _, _ = _fresh_by_item(study, kinds)
     wins = losses = ties = judged = 0
-    for item in study.items():
+    for item in pair_items(study):
         sides = {item["system"]: "a", item["system_b"]: "b"}
         befores, afters = [s for s in sides if s in before], [s for s in sides if s in after]
         if not (befores and afters) or item["id"] not in by_item:

@@ -22,9 +22,9 @@ from rlhflab.doctor import Sample, read_samples
 from rlhflab.seeding import derive_seed
 from rlhflab.studies.build import Source
 from rlhflab.studies.design import StudyDesign, StudyError
-from rlhflab.studies.store import PairItem, Study, System
-
-PAIR_QUESTION = "Which response is the better answer to the prompt?"
+from rlhflab.studies.kinds import PAIR, create_study, open_study
+from rlhflab.studies.pair_store import PairItem, add_pairs
+from rlhflab.studies.store import Study, System
 
 
 @dataclass(frozen=True)
@@ -81,19 +81,16 @@ def build_pair_study(directory: Path, sources: Sequence[Source], asked: Mapping[
     """A new pair study at `directory` (its design: the defaults, then `asked`), or the one
     there when it already holds exactly these sources."""
     if Study.exists(directory):
-        study = Study.open(directory)
-        if study.design.kind != "pair":
-            raise StudyError(f"{directory}: a rating study is here (rlhflab rate); give another --study DIR")
+        study = open_study(directory, PAIR)
         held = {s.source for s in study.systems()}
         fresh = [s for s in sources if str(s.path.resolve()) not in held]
         if fresh:
             raise StudyError(f"{directory}: the study exists and compares other systems ({', '.join(sorted(held))}); "
                              "a pair study's systems are fixed when it is built: give a new --study DIR")
         return study, []
-    # Three raters an item by default: an odd number, so that most items have a majority.
-    design = StudyDesign(**{"kind": "pair", "instructions": PAIR_QUESTION, "ratings_per_item": 3, **asked})
+    design = PAIR.design(asked)
     answered = read_answered(sources, mapping)
     items = draw_pairs(answered, design)
-    study = Study.create(directory, design)
-    systems = study.add_pairs([(a.source.name, str(a.source.path.resolve()), a.format) for a in answered], items)
+    study = create_study(directory, PAIR, asked)
+    systems = add_pairs(study, [(a.source.name, str(a.source.path.resolve()), a.format) for a in answered], items)
     return study, systems

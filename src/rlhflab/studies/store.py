@@ -14,10 +14,9 @@ systems. After every `repeat_every` new items, one they rated at least four item
 comes back as a repeat, which measures their consistency and is left out of means and
 agreement.
 
-A pair study (design kind "pair") serves the same way; its items hold two systems'
-responses to one prompt (`system_id`'s as A, `system_b_id`'s as B) and the side A is shown on,
-drawn per item and kept (`left_side`); an answer is a `choice` of "a", "b", "tie" or
-"both_bad", stored by system, never by side, so the side's effect can be measured.
+Every kind of study (studies/kinds) serves this way. The tables below are what all kinds
+share; a kind adds columns of its own (`StudyKind.columns`), which `create` and `open` are
+given, and reads and writes them through `add_systems`, `answer` and `rows`.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Literal, Sequence
+from typing import Callable, Iterator, Literal, Mapping, Sequence
 
 from rlhflab.seeding import derive_seed
 from rlhflab.studies.design import DrawnItem, StepBin, StudyDesign, StudyError
@@ -39,9 +38,6 @@ DATABASE_FILE = "study.sqlite"
 SCHEMA_VERSION = 2
 RaterKind = Literal["person", "bot", "tool", "judge"]  # tool: a person rating in an annotation tool (imported)
 Outcome = Literal["recorded", "duplicate", "unknown", "forbidden", "invalid"]
-SIDES = ("left", "right")
-ANSWERS = (*SIDES, "tie", "both_bad")
-"""A pair study's answers as the page and the API take them (stored by system: a, b, tie, both_bad)."""
 
 SCHEMA = """
 CREATE TABLE systems (
@@ -66,10 +62,7 @@ CREATE TABLE items (
     prompt TEXT NOT NULL,
     response TEXT NOT NULL,
     reward REAL,                        -- the proxy the trainer optimised, where the samples hold it
-    gold REAL,                          -- a truth beside it, where the samples hold one
-    system_b_id INTEGER REFERENCES systems(id),  -- a pair study's second system (B); NULL in a rating study
-    response_b TEXT,                    -- B's response to the same prompt
-    left_side TEXT                      -- 'a' or 'b': whose response the page shows on the left
+    gold REAL                           -- a truth beside it, where the samples hold one
 );
 CREATE TABLE raters (
     id INTEGER PRIMARY KEY,
@@ -97,21 +90,16 @@ CREATE TABLE ratings (
                                         -- NULL: "unreadable/broken", or a judge with no rating on the scale
     score REAL,                         -- a judge's raw output on its own scale (a reward model's score)
     repeat INTEGER NOT NULL,
-    rated_at REAL NOT NULL,
-    choice TEXT                         -- a pair study's answer: a, b, tie or both_bad (by system, not side)
+    rated_at REAL NOT NULL
 );
 CREATE INDEX ratings_by_item ON ratings (item_id, repeat);
 CREATE INDEX ratings_by_rater ON ratings (rater_id, repeat);
 """
 
 
-MIGRATIONS = {
-    1: ("ALTER TABLE items ADD COLUMN system_b_id INTEGER REFERENCES systems(id)",
-        "ALTER TABLE items ADD COLUMN response_b TEXT", "ALTER TABLE items ADD COLUMN left_side TEXT",
-        "ALTER TABLE ratings ADD COLUMN choice TEXT"),
-}
-"""Schema version -> the statements that bring a study of that version to the next: a study
-built before pair studies opens as it was, with the new columns empty."""
+READABLE_VERSIONS = (1, 2)
+"""Schema versions a study opens from: version 1 held what version 2 holds, less columns a
+kind adds when it opens the study."""
 
 
 @dataclass(frozen=True)
@@ -133,46 +121,21 @@ class Rater:
 
 @dataclass(frozen=True)
 class Served:
-    """An item as a rater is shown it: nothing here tells its run, step or position."""
+    """An item as a rater is shown it: its row (a kind's columns included), which the page
+    shows through its kind, never its run, step or position."""
 
     serve_id: int
     nonce: str
-    prompt: str
-    response: str
     repeat: bool
-    response_b: str | None = None  # a pair study's B response
-    left_side: str | None = None  # "a" or "b": whose response is shown on the left
+    item: Mapping[str, object]
 
     @property
-    def sides(self) -> tuple[str, str]:
-        """(left, right) texts of a pair item."""
-        a, b = self.response, self.response_b or ""
-        return (a, b) if self.left_side == "a" else (b, a)
+    def prompt(self) -> str:
+        return str(self.item["prompt"])
 
-
-@dataclass(frozen=True)
-class PairItem:
-    """A pair study's item as it is drawn: two systems' responses to one prompt."""
-
-    system_a: str
-    system_b: str
-    prompt: str
-    response_a: str
-    response_b: str
-    left_side: str  # "a" or "b"
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """One answer of a pair study with what results need (read back for analysis only)."""
-
-    rater_id: int
-    item_id: int
-    system_a: str
-    system_b: str
-    choice: str  # a, b, tie, both_bad
-    left_side: str
-    repeat: bool
+    @property
+    def response(self) -> str:
+        return str(self.item["response"])
 
 
 @dataclass(frozen=True)
@@ -217,20 +180,26 @@ class Study:
         return (Path(directory) / DATABASE_FILE).is_file()
 
     @classmethod
-    def create(cls, directory: Path, design: StudyDesign) -> "Study":
+    def create(cls, directory: Path, design: StudyDesign, design_text: str, columns: Sequence[str] = ()) -> "Study":
+        """A new study: `design_text` written as study.toml, the shared tables and the kind's
+        `columns` ("TABLE.COLUMN TYPE" each)."""
         directory = Path(directory)
         if cls.exists(directory):
             raise StudyError(f"{directory}: a study is already there (open it, or --add samples to it)")
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / DESIGN_FILE).write_text(design.to_toml(), encoding="utf-8")
+        (directory / DESIGN_FILE).write_text(design_text, encoding="utf-8")
         study = cls(directory, design)
         with study._connection() as conn:
             conn.executescript(SCHEMA)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        with study._write() as conn:
+            _add_columns(conn, columns)
         return study
 
     @classmethod
-    def open(cls, directory: Path) -> "Study":
+    def open(cls, directory: Path, columns: Sequence[str] = ()) -> "Study":
+        """The study at `directory`, the `columns` it lacks added (a study built before its
+        kind had them opens as it was, with them empty)."""
         directory = Path(directory)
         if not cls.exists(directory):
             raise StudyError(f"{directory}: no study here (expected {DATABASE_FILE}; build one with "
@@ -238,13 +207,10 @@ class Study:
         study = cls(directory, StudyDesign.from_toml(directory / DESIGN_FILE))
         with study._write() as conn:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            while version in MIGRATIONS:
-                for statement in MIGRATIONS[version]:
-                    conn.execute(statement)
-                version += 1
-                conn.execute(f"PRAGMA user_version = {version}")
-        if version != SCHEMA_VERSION:
-            raise StudyError(f"{directory / DATABASE_FILE}: schema version {version}, expected {SCHEMA_VERSION}")
+            if version not in READABLE_VERSIONS:
+                raise StudyError(f"{directory / DATABASE_FILE}: schema version {version}, expected {SCHEMA_VERSION}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            _add_columns(conn, columns)
         return study
 
     @contextmanager
@@ -289,32 +255,30 @@ class Study:
                   i.sample.reward, i.sample.gold) for i in items])
         return System(system_id, name, source, format_name)
 
-    def add_pairs(self, systems: Sequence[tuple[str, str, str]], pairs: Sequence[PairItem]) -> list[System]:
-        """A pair study's systems ((name, source, format) each) and its items, in one transaction."""
+    def add_systems(self, systems: Sequence[tuple[str, str, str]],
+                    items: Callable[[Mapping[str, int]], Sequence[Mapping[str, object]]]) -> list[System]:
+        """Systems ((name, source, format) each) and the items `items(ids by name)` gives
+        (column -> value, a kind's columns included), in one transaction."""
         with self._write() as conn:
-            added, ids = [], {}
+            added = []
             for name, source, format_name in systems:
                 if conn.execute("SELECT 1 FROM systems WHERE name = ?", (name,)).fetchone():
                     raise StudyError(f"{self.directory}: the study already has a system named {name!r}")
-                ids[name] = conn.execute("INSERT INTO systems (name, source, format) VALUES (?, ?, ?)",
+                system_id = conn.execute("INSERT INTO systems (name, source, format) VALUES (?, ?, ?)",
                                          (name, source, format_name)).lastrowid
-                added.append(System(ids[name], name, source, format_name))
-            known = dict(conn.execute("SELECT name, id FROM systems").fetchall())
-            conn.executemany(
-                "INSERT INTO items (key, system_id, bin, step, prompt, response, system_b_id, response_b, left_side) "
-                "VALUES (?, ?, 0, 0, ?, ?, ?, ?, ?)",
-                [(secrets.token_hex(8), known[p.system_a], p.prompt, p.response_a, known[p.system_b], p.response_b,
-                  p.left_side) for p in pairs])
+                added.append(System(system_id, name, source, format_name))
+            ids = dict(conn.execute("SELECT name, id FROM systems").fetchall())
+            for row in items(ids):
+                columns = ["key", *row]
+                conn.execute(f"INSERT INTO items ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                             (secrets.token_hex(8), *row.values()))
         return added
 
-    def judgements(self) -> list[Judgement]:
-        """Every answer of a pair study, with its item's systems and sides."""
+    def rows(self, sql: str, parameters: Sequence[object] = ()) -> list[dict]:
+        """A read of the study's tables, each row as a dict (for a kind's own columns)."""
         with self._connection() as conn:
-            rows = conn.execute(
-                "SELECT r.rater_id, r.item_id, a.name, b.name, r.choice, i.left_side, r.repeat FROM ratings r "
-                "JOIN items i ON i.id = r.item_id JOIN systems a ON a.id = i.system_id "
-                "JOIN systems b ON b.id = i.system_b_id WHERE r.choice IS NOT NULL ORDER BY r.id").fetchall()
-        return [Judgement(*row[:6], bool(row[6])) for row in rows]
+            conn.row_factory = sqlite3.Row
+            return [dict(row) for row in conn.execute(sql, parameters).fetchall()]
 
     def systems(self) -> list[System]:
         with self._connection() as conn:
@@ -367,12 +331,14 @@ class Study:
     def next_item(self, rater: Rater) -> Served | None:
         """The item to show `rater` now (module docstring), or None when they are done."""
         with self._write() as conn:
-            pending = conn.execute("SELECT s.id, s.nonce, i.prompt, i.response, s.repeat, i.response_b, i.left_side "
+            conn.row_factory = sqlite3.Row
+            pending = conn.execute("SELECT s.id AS serve_id, s.nonce, s.repeat, i.* "
                                    "FROM serves s JOIN items i ON i.id = s.item_id "
                                    "WHERE s.rater_id = ? AND s.answered = 0 ORDER BY s.id DESC LIMIT 1",
                                    (rater.id,)).fetchone()
             if pending:
-                return Served(pending[0], pending[1], pending[2], pending[3], bool(pending[4]), pending[5], pending[6])
+                row = dict(pending)
+                return Served(row.pop("serve_id"), row.pop("nonce"), bool(row.pop("repeat")), row)
             item_id, repeat = self._repeat_due(conn, rater), True
             if item_id is None:
                 item_id, repeat = self._fresh_item(conn, rater), False
@@ -382,9 +348,8 @@ class Study:
             serve_id = conn.execute("INSERT INTO serves (rater_id, item_id, nonce, repeat, served_at) "
                                     "VALUES (?, ?, ?, ?, ?)", (rater.id, item_id, nonce, int(repeat), time.time())
                                     ).lastrowid
-            prompt, response, response_b, left_side = conn.execute(
-                "SELECT prompt, response, response_b, left_side FROM items WHERE id = ?", (item_id,)).fetchone()
-        return Served(serve_id, nonce, prompt, response, repeat, response_b, left_side)
+            item = dict(conn.execute("SELECT * FROM items WHERE id = ?", (item_id,)).fetchone())
+        return Served(serve_id, nonce, repeat, item)
 
     def _repeat_due(self, conn: sqlite3.Connection, rater: Rater) -> int | None:
         every = self.design.repeat_every
@@ -417,71 +382,41 @@ class Study:
                       if judge or taken < self.design.ratings_per_item]
         return min(open_items)[2] if open_items else None
 
-    def record(self, rater: Rater, serve_id: int, nonce: str, rating: float | None,
-               score: float | None = None) -> Outcome:
-        """Store `rater`'s answer to the item served as `serve_id` (None: unreadable).
-        `nonce` must be the one that item was served with (the page's CSRF token). A
-        person's rating is a point of the scale; a judge's may fall between points, and a
-        judge may give a raw `score` of its own instead."""
-        if self.design.kind != "rating" or (rating is not None and not self._on_scale(rater, rating)):
-            return "invalid"
-        return self._answer(rater, serve_id, nonce, lambda left_side: (rating, score, None))
-
-    def record_choice(self, rater: Rater, serve_id: int, nonce: str, answer: str) -> Outcome:
-        """Store `rater`'s answer to a pair item: "left" or "right" (the side they preferred,
-        kept as the system shown there), "tie" or "both_bad"."""
-        if self.design.kind != "pair" or answer not in ANSWERS:
-            return "invalid"
-
-        def choice(left_side: str) -> tuple[None, None, str]:
-            if answer in SIDES:
-                right_side = "b" if left_side == "a" else "a"
-                return None, None, left_side if answer == "left" else right_side
-            return None, None, answer
-
-        return self._answer(rater, serve_id, nonce, choice)
-
-    def _answer(self, rater: Rater, serve_id: int, nonce: str, values) -> Outcome:
-        """One answer in one transaction: `values(left_side)` gives (rating, score, choice)."""
+    def answer(self, rater: Rater, serve_id: int, nonce: str,
+               values: Callable[[Mapping[str, object]], Mapping[str, object]]) -> Outcome:
+        """Store `rater`'s answer to the item served as `serve_id`, in one transaction.
+        `nonce` must be the one that item was served with (the page's CSRF token);
+        `values(item)` gives the answer's columns of `ratings` (rating, score, a kind's own)."""
         with self._write() as conn:
-            row = conn.execute("SELECT s.item_id, s.nonce, s.repeat, s.answered, i.left_side FROM serves s "
+            conn.row_factory = sqlite3.Row
+            row = conn.execute("SELECT s.nonce AS served_nonce, s.repeat AS served_repeat, "
+                               "s.answered AS served_answered, i.* FROM serves s "
                                "JOIN items i ON i.id = s.item_id WHERE s.id = ? AND s.rater_id = ?",
                                (serve_id, rater.id)).fetchone()
             if row is None:
                 return "unknown"
-            item_id, stored_nonce, repeat, answered, left_side = row
-            if not hmac.compare_digest(stored_nonce.encode(), nonce.encode()):
+            item = dict(row)
+            if not hmac.compare_digest(item.pop("served_nonce").encode(), nonce.encode()):
                 return "forbidden"
+            repeat, answered = item.pop("served_repeat"), item.pop("served_answered")
             if answered:
                 return "duplicate"
-            rating, score, choice = values(left_side)
-            conn.execute("INSERT INTO ratings (serve_id, rater_id, item_id, rating, score, repeat, rated_at, choice) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (serve_id, rater.id, item_id, rating, score, repeat,
-                                                             time.time(), choice))
+            _insert_rating(conn, serve_id, rater, item["id"], repeat, values(item))
             conn.execute("UPDATE serves SET answered = 1 WHERE id = ?", (serve_id,))
         return "recorded"
 
-    def _on_scale(self, rater: Rater, rating: float) -> bool:
-        if rater.kind == "judge":
-            return self.design.scale_min <= rating <= self.design.scale_max
-        return rating in self.design.scale
-
-    def record_imported(self, rater: Rater, item_key: str, rating: float | None) -> Outcome:
-        """A rating given elsewhere (an annotation tool's export) to the item named `item_key`:
+    def answer_imported(self, rater: Rater, item_key: str, values: Mapping[str, object]) -> Outcome:
+        """An answer given elsewhere (an annotation tool's export) to the item named `item_key`:
         served and answered in one transaction; a rater's second answer to an item is a duplicate."""
-        if rating is not None and not self._on_scale(rater, rating):
-            return "invalid"
         with self._write() as conn:
             row = conn.execute("SELECT id FROM items WHERE key = ?", (item_key,)).fetchone()
             if row is None:
                 return "unknown"
             if conn.execute("SELECT 1 FROM ratings WHERE rater_id = ? AND item_id = ?", (rater.id, row[0])).fetchone():
                 return "duplicate"
-            now = time.time()
             serve_id = conn.execute("INSERT INTO serves (rater_id, item_id, nonce, repeat, served_at, answered) "
-                                    "VALUES (?, ?, ?, 0, ?, 1)", (rater.id, row[0], "imported", now)).lastrowid
-            conn.execute("INSERT INTO ratings (serve_id, rater_id, item_id, rating, repeat, rated_at) "
-                         "VALUES (?, ?, ?, ?, 0, ?)", (serve_id, rater.id, row[0], rating, now))
+                                    "VALUES (?, ?, ?, 0, ?, 1)", (rater.id, row[0], "imported", time.time())).lastrowid
+            _insert_rating(conn, serve_id, rater, row[0], 0, values)
         return "recorded"
 
     def progress(self, rater: Rater) -> Progress:
@@ -507,11 +442,22 @@ class Study:
         return [RatingRow(a, b, c, d, e, f, bool(g), h, k, m) for a, b, c, d, e, f, g, h, k, m in rows]
 
     def items(self) -> list[dict]:
-        """Every item with its system, bin and step (for analysis and export, never the page)."""
-        with self._connection() as conn:
-            conn.row_factory = sqlite3.Row
-            rows = conn.execute("SELECT i.id, i.key, s.name AS system, i.bin, i.step, i.prompt, i.response, i.reward, "
-                                "i.gold, b.name AS system_b, i.response_b, i.left_side "
-                                "FROM items i JOIN systems s ON s.id = i.system_id "
-                                "LEFT JOIN systems b ON b.id = i.system_b_id ORDER BY i.id").fetchall()
-        return [dict(row) for row in rows]
+        """Every item with its system's name (and a kind's columns), for analysis and export,
+        never the page."""
+        return self.rows("SELECT i.*, s.name AS system FROM items i JOIN systems s ON s.id = i.system_id ORDER BY i.id")
+
+
+def _add_columns(conn: sqlite3.Connection, columns: Sequence[str]) -> None:
+    """Each "TABLE.COLUMN TYPE" of `columns` that its table lacks, added."""
+    for column in columns:
+        table, _, definition = column.partition(".")
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if definition.split()[0] not in have:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {definition}")
+
+
+def _insert_rating(conn: sqlite3.Connection, serve_id: int, rater: Rater, item_id: int, repeat: int,
+                   values: Mapping[str, object]) -> None:
+    columns = ["serve_id", "rater_id", "item_id", "repeat", "rated_at", *values]
+    conn.execute(f"INSERT INTO ratings ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                 (serve_id, rater.id, item_id, repeat, time.time(), *values.values()))

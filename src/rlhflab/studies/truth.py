@@ -1,4 +1,4 @@
-"""A study read as a run's truth: the doctor's `--truth STUDY[:SYSTEM]` and compare's.
+"""A rating study read as a run's truth (studies/as_truth.py reads any kind).
 
 `rated_truth` turns one system's ratings into the doctor's `RatedTruth` (per step bin,
 the mean rating with its crossed-bootstrap interval, and the bin's best and worst rated
@@ -10,7 +10,6 @@ resampling the study's items and raters (not a block bootstrap of a curve).
 from __future__ import annotations
 
 import math
-import sqlite3
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
@@ -21,7 +20,7 @@ from rlhflab.doctor import CONFIDENCE, MetricTable, RatedExample, RatedPoint, Ra
 from rlhflab.studies.design import StudyError
 from rlhflab.studies.results import HUMAN_KINDS, study_results
 from rlhflab.studies.stats import crossed_bootstrap_draws, percentile_interval
-from rlhflab.studies.store import DATABASE_FILE, Study
+from rlhflab.studies.store import Study
 
 EXAMPLES_PER_END = 2  # rated items shown at a bin's best and worst end
 
@@ -99,30 +98,6 @@ def rated_truth(study: Study, system: str) -> RatedTruth:
     return RatedTruth(f"{study.directory}:{system}", results.scale, tuple(points), results.method, notes)
 
 
-def named_truth(log: Path, spec: str) -> RatedTruth:
-    """`--truth STUDY[:SYSTEM]` for `log`; a study that cannot be read is a StudyError."""
-    directory, system = parse_truth(spec)
-    try:
-        study = Study.open(directory)
-        return rated_truth(study, match_system(study, log, system))
-    except sqlite3.DatabaseError as err:
-        raise StudyError(f"{directory}: not a readable study ({err})") from None
-
-
-def found_truth(run: Path, table: MetricTable) -> RatedTruth | None:
-    """For an rlhflab run with no gold of its own, the first study in `RUN/studies/` rated for
-    it; one that cannot be read, or is not rated yet, is noted in `table` and left."""
-    if table.get("reward/gold_mean") is not None:
-        return None
-    for directory in sorted(p.parent for p in (Path(run) / "studies").glob(f"*/{DATABASE_FILE}")):
-        try:
-            study = Study.open(directory)
-            return rated_truth(study, match_system(study, run))
-        except (StudyError, sqlite3.DatabaseError) as err:
-            table.notes.append(f"the rating study {directory} was not read as the truth: {err}")
-    return None
-
-
 def _end_bins(study: Study, system: str) -> set[int]:
     """The bins of the last quarter of a system's run (at least one): where its end level is read."""
     bins = sorted(index for (name, index) in study.bins() if name == system)
@@ -157,25 +132,11 @@ def truth_change(study: Study, before: Sequence[str], after: Sequence[str], seed
                        low, high, bool(low > 0 or high < 0), method)
 
 
-def study_truth_change(directory: Path, before_runs: list[str], after_runs: list[str],
-                       before: list[MetricTable], after: list[MetricTable]) -> TruthChange:
-    """`compare --truth STUDY`: each run matched to a system of the study; a rating study's
-    rated truth attached to each run's table (the gold rules read it) and the change of the
-    mean rating measured; a pair study's change is which side people prefer. A run that
-    matches no system, or runs before and after that match the same one, are a StudyError."""
-    study = Study.open(directory)
-    hint = "name each system as its run's directory or log file (rlhflab rate NAME=PATH, rlhflab pair NAME=PATH)"
-    sides = [[match_system(study, Path(r), how_to_name=hint) for r in runs] for runs in (before_runs, after_runs)]
-    if set(sides[0]) & set(sides[1]):
-        raise StudyError(f"{directory}: the runs before and after match the same system "
-                         f"({', '.join(sorted(set(sides[0]) & set(sides[1])))}); give runs that are systems of "
-                         "their own (rlhflab rate NAME=RUN ... --add)")
-    if study.design.kind == "pair":  # the truth is which side people prefer
-        from rlhflab.studies.pair_results import preference_change
-
-        return preference_change(study, sides[0], sides[1])
-    for tables, systems in ((before, sides[0]), (after, sides[1])):
+def rated_truth_change(study: Study, before: list[str], after: list[str], before_tables: list[MetricTable],
+                       after_tables: list[MetricTable]) -> TruthChange:
+    """`compare --truth` on a rating study: each run's rated truth attached to its table (the
+    gold rules read it) and the change of the mean rating measured (`truth_change`)."""
+    for tables, systems in ((before_tables, before), (after_tables, after)):
         for table, system in zip(tables, systems):
             attach_truth(table, rated_truth(study, system))
-    return truth_change(study, sides[0], sides[1])
-
+    return truth_change(study, before, after)
