@@ -294,9 +294,8 @@ def _kind_comparisons(tree: ast.AST, names: set[str]) -> list[int]:
             if any(design_kind(n) for n in sides) or (
                     any(a_name(n) for n in sides) and any("kind" in ast.unparse(n) for n in sides if not a_name(n))):
                 lines.append(node.lineno)
-        elif isinstance(node, ast.Subscript) and design_kind(node.slice):
-            lines.append(node.lineno)
-        elif isinstance(node, ast.Dict) and sum(a_name(k) for k in node.keys if k is not None) >= 2:
+        elif (isinstance(node, ast.Subscript) and design_kind(node.slice)) or (
+                isinstance(node, ast.Dict) and sum(a_name(k) for k in node.keys if k is not None) >= 2):
             lines.append(node.lineno)
     return lines
 
