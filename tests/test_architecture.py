@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Low to high: a unit may import its own layer's units and lower ones, never higher ones.
 LAYERS = (
-    {"runs", "seeding", "progress", "worlds", "metrics", "data", "distributed", "checkpoint", "markdown"},
+    {"runs", "seeding", "progress", "worlds", "metrics", "data", "distributed", "checkpoint", "markdown", "errors"},
     {"doctor"},  # pure log analysis: the run-directory layout (runs) is all it may use
     {"studies"},  # rating studies: read samples with the doctor's readers, never train
     {"config"},
@@ -23,7 +23,7 @@ LAYERS = (
     {"judges"},  # judges load models: they sit above them, beside nothing that trains
     {"sources"},
     {"sample", "ppo", "stages"},  # sample: a model's responses to prompts (a run's from sources), trains nothing
-    {"faults", "checkup"},
+    {"faults", "checkup", "preflight"},  # preflight: what a run needs, checked before it writes
     {"pipeline"},
     {"verify"},
     {"ablate"},  # the candidate fixes over seeds: reruns stages as verify does
@@ -32,11 +32,11 @@ LAYERS = (
 )
 LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 # What `import rlhflab.doctor` may load of rlhflab: itself, the run-directory layout, the
-# writer of generated doc sections, and the
+# writer of generated doc sections, the family of input errors (`errors`), and the
 # pure-python text measures it reads sample files with (`metrics.diversity`, `metrics.text`;
 # `metrics.stats` is torch's and stays out: the HEAVY check below sees it).
 DOCTOR_MAY_IMPORT = ("rlhflab.doctor", "rlhflab.runs", "rlhflab.metrics.diversity", "rlhflab.metrics.text",
-                     "rlhflab.markdown")
+                     "rlhflab.markdown", "rlhflab.errors")
 HEAVY = ("torch", "transformers", "tokenizers", "safetensors", "accelerate", "matplotlib", "tensorboard", "numpy")
 
 

@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from rlhflab.config import PUBLISHED_CORRECTION_MAX, ConfigError, RolloutConfig, load_config
+from rlhflab.errors import MissingExtra
 from rlhflab.models.sampling import sample_responses
 from rlhflab.ppo import losses
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.correction import correction_metrics, importance_weights, mismatch_metrics
-from rlhflab.ppo.samplers import SAMPLERS, NativeSampler, start_sampler
+from rlhflab.ppo.samplers import SAMPLERS, NativeSampler, check_engine, start_sampler
 
 # Two responses, three positions; the second has a padded last position.
 TRAINER = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -0.7, 0.0]])
@@ -122,8 +123,10 @@ def test_choosing_vllm_without_it_installed_names_what_to_install(tmp_path):
         pass
     else:
         pytest.skip("vLLM is installed here")
-    with pytest.raises(ConfigError, match="make vllm"):
+    with pytest.raises(MissingExtra, match="make vllm"):
         start_sampler(sample_responses, tmp_path, RolloutConfig(engine="vllm"), 0, torch.device("cpu"))
+    with pytest.raises(MissingExtra, match="make vllm"):  # and before a run starts
+        check_engine(RolloutConfig(engine="vllm"), sample_responses)
 
 
 class CountingSampler:

@@ -47,6 +47,7 @@ from rlhflab.doctor import (
     write_diagnosis,
     write_report,
 )
+from rlhflab.errors import InputError
 from rlhflab.faults.zoo import components_for
 from rlhflab.pipeline import STAGE_NAMES, STAGES
 from rlhflab.ppo.components import non_default_components, record_components
@@ -59,7 +60,7 @@ PLAN_FILE = "plan.json"
 DONE_FILE = "seed.json"
 
 
-class AblateError(ValueError):
+class AblateError(InputError):
     """An ablation that cannot run as asked (said with what to do instead)."""
 
 

@@ -14,7 +14,8 @@ new one, never a mix. It holds what the next iteration reads:
                    whatever strategy and world size the resumed run uses.
     state.json     next iteration, KL controller, lines of metrics/ppo.jsonl and
                    samples/ppo.jsonl written so far (so a resume drops lines logged after
-                   the checkpoint), and the held-out evaluation of the starting policy
+                   the checkpoint), the held-out evaluation of the starting policy, and the
+                   training config it was written under (a resume under another is refused)
 
 No random-generator state is saved: every draw of an iteration comes from streams named
 by the seed and the iteration (`ppo.trainer.ppo_iteration`), so the iteration number is
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -50,6 +51,7 @@ class ResumePoint:
     metrics_lines: int
     samples_lines: int
     before: dict  # held-out evaluation of the starting policy
+    config: dict = field(default_factory=dict)  # the training keys it was written under (config.training_keys)
 
 
 def save_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, controller,
@@ -66,7 +68,7 @@ def save_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.op
     if cluster.is_main:
         state = {"next_step": resume.next_step, "metrics_lines": resume.metrics_lines,
                  "samples_lines": resume.samples_lines, "before": resume.before,
-                 "kl_controller": controller.state_dict(), "world_size": cluster.world_size}
+                 "kl_controller": controller.state_dict(), "world_size": cluster.world_size, "config": resume.config}
         (partial / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
         swap_in(partial, directory)
     cluster.barrier()
@@ -100,7 +102,8 @@ def load_checkpoint(directory: Path, model: torch.nn.Module, optimizer: torch.op
     set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optimizer"],
                    options=options)
     controller.load_state_dict(state["kl_controller"])
-    return ResumePoint(state["next_step"], state["metrics_lines"], state["samples_lines"], state["before"])
+    return ResumePoint(state["next_step"], state["metrics_lines"], state["samples_lines"], state["before"],
+                       state.get("config", {}))
 
 
 def truncate_lines(path: Path, lines: int) -> None:

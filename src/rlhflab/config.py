@@ -21,11 +21,14 @@ from typing import Any, Callable, Literal, Optional, Union, get_args, get_origin
 import tomllib
 
 from rlhflab.doctor import stop_rules
+from rlhflab.errors import InputError
 from rlhflab.worlds.reviews.config import WorldConfig
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A config key is unknown, or its value has the wrong type or range."""
+
+    label = "config error"
 
 
 @dataclass(frozen=True)
@@ -673,9 +676,21 @@ def save_config(config: PipelineConfig, path: Path) -> None:
     Path(path).write_text(to_toml(config), encoding="utf-8")
 
 
+PLACEMENT = ("distributed.",)
+"""Keys a resumed run may change: where it runs, not what it trains."""
+
+
+def training_keys(config: PipelineConfig) -> dict[str, Any]:
+    """The config as flat `section.key` values, less where it runs (`PLACEMENT`): what a
+    checkpoint records, so a resume under another config is refused (`preflight.check_resume`)."""
+    keys = flatten_toml(tomllib.loads(to_toml(config)), "config")
+    return {k: v for k, v in keys.items() if not k.startswith(PLACEMENT)}
+
+
 def config_from_run(run_dir: Path) -> PipelineConfig:
     """The resolved config a run was made with (its `config.toml`)."""
-    return apply_overrides(PipelineConfig(), read_toml(Path(run_dir) / "config.toml"), source=str(run_dir))
+    path = Path(run_dir) / "config.toml"
+    return apply_overrides(PipelineConfig(), read_toml(path), source=str(path))
 
 
 def resolve_strategy(requested: str | None, world: int) -> str:

@@ -14,6 +14,7 @@ from rlhflab.distributed import Cluster
 from rlhflab.doctor import StopRule, read_and_diagnose, write_diagnosis, write_report
 from rlhflab.ppo.components import PPOComponents, record_components
 from rlhflab.ppo.run import run_ppo
+from rlhflab.preflight import preflight
 from rlhflab.progress import console
 from rlhflab.runs import RunDir, read_json, write_json
 from rlhflab.stages.pretrain import run_pretrain
@@ -99,6 +100,7 @@ def run_pipeline(
     `distributed.strategy` (engines.py); the doctor runs on the first."""
     run = RunDir(Path(out))
     config = record_components(with_strategy(config, cluster.world_size), components)
+    preflight(config, run, components, resume=resume)
     if cluster.is_main:
         run.create()
         save_config(config, run.config)

@@ -19,11 +19,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from rlhflab.errors import InputError
+
 STEP = 0  # a sample file of one model, not of a run: every response is "step 0"
 SETTINGS_SUFFIX = ".settings.json"
 
 
-class SampleError(ValueError):
+class SampleError(InputError):
     """A model, prompt file or sample file that cannot be used: the message says what was expected."""
 
 

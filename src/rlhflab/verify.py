@@ -18,6 +18,7 @@ from rlhflab.doctor import Comparison, Diagnosis, compare_tables, read_and_diagn
 from rlhflab.faults.zoo import components_for
 from rlhflab.pipeline import STAGE_NAMES, STAGES, StageContext, run_stages
 from rlhflab.ppo.components import COMPONENT_STAGES, record_components
+from rlhflab.preflight import preflight
 from rlhflab.runs import RunDir, link_file, link_tree, write_json
 
 
@@ -59,8 +60,9 @@ def rerun(config, source: RunDir, out: RunDir, first_stage: str, components, sho
           resume: bool = False, stop_when=None) -> dict:
     """The stages from `first_stage` on into `out`, sharing the stages before it with
     `source`; their results by summary key. With `resume`, continues a rerun that was cut."""
-    out.create()
     config = record_components(with_strategy(config, 1), components)  # the rerun is one process
+    preflight(config, out, components, STAGE_NAMES[STAGE_NAMES.index(first_stage):], resume=resume)
+    out.create()
     save_config(config, out.config)
     share_stages(source, out, first_stage)
     context = StageContext(config, out, components, show_progress, Cluster.single(), resume=resume,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from rlhflab.cli import doctor, fixes, stages, studies
+from rlhflab.cli.errors import guarded
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="A PPO-based RLHF pipeline you can see inside.")
 
@@ -24,7 +25,9 @@ COMMANDS = (
     (studies.pair, {"help": studies.PAIR_HELP}),
 )
 for command, options in COMMANDS:
-    app.command(**options)(command)
+    app.command(**options)(guarded(command))
+for registered in fixes.faults_app.registered_commands:  # the group's commands, under the same policy
+    registered.callback = guarded(registered.callback)
 app.add_typer(fixes.faults_app, name="faults")
 
 

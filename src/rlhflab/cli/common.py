@@ -42,15 +42,12 @@ NoServeOption = typer.Option(False, "--no-serve", help="Build or open the study,
 
 def build_config(preset: str, config_file: Optional[Path], overrides: Optional[list[str]],
                  fault: Optional[str] = None, base: Optional[PipelineConfig] = None) -> PipelineConfig:
-    """The preset (or `base`), the config file, the overrides and the fault; a bad key or value is
-    one line and exit 2."""
-    from rlhflab.config import ConfigError, load_config
+    """The preset (or `base`), the config file, the overrides and the fault (a bad key or value
+    is a ConfigError)."""
+    from rlhflab.config import load_config
     from rlhflab.faults.zoo import with_fault
 
-    try:
-        return with_fault(load_config(preset, config_file, overrides or [], base), fault)
-    except ConfigError as err:
-        fail(str(err), label="config error")
+    return with_fault(load_config(preset, config_file, overrides or [], base), fault)
 
 
 @contextmanager

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from rlhflab.cli.common import studies_extra
-from rlhflab.cli.errors import fail
+from rlhflab.cli.errors import fail, reported, writable_parent
 from rlhflab.cli.render import print_ablation, print_comparison, print_diagnosis, print_formats
 from rlhflab.progress import console
 
@@ -62,7 +62,7 @@ def doctor(
     bad input. With --follow: 1 as soon as a --stop-on rule fires; at --idle-exit, the
     code of the last diagnosis; 130 when interrupted."""
 
-    from rlhflab.doctor import LogFormatError, diagnosis_json, parse_map_options, read_and_diagnose, write_diagnosis
+    from rlhflab.doctor import diagnosis_json, parse_map_options, read_and_diagnose, write_diagnosis
 
     if list_formats:
         print_formats()
@@ -80,11 +80,10 @@ def doctor(
         if truth is not None:
             fail("--truth is read once, not followed: diagnose without --follow")
         _follow(path, parse_map_options(mapping), format_name, stop_on, interval, idle_exit)
-    try:
-        table, diagnosis = read_and_diagnose(path, parse_map_options(mapping), format_name, samples,
-                                             truth=lambda table: _rated_truth(path, truth, table), run=run)
-    except LogFormatError as err:
-        fail(str(err))
+    if html is not None:
+        writable_parent(html)
+    table, diagnosis = read_and_diagnose(path, parse_map_options(mapping), format_name, samples,
+                                         truth=lambda table: _rated_truth(path, truth, table), run=run)
     if plan:
         _print_plan(table, diagnosis, command, seeds, top, plan_out, json_output, tuple(mapping or ()))
     if diagnosis.format == "rlhflab":
@@ -105,14 +104,11 @@ def _print_plan(table, diagnosis, command: Optional[str], seeds: Optional[int], 
     """doctor --plan (doctor/plan.py): exit 0 with a plan checked, 1 when a planned command
     fails its check, 2 when no plan can be written."""
 
-    from rlhflab.doctor import LAUNCHERS_BY_DIALECT, PlanError, check_plan, plan_for_log
+    from rlhflab.doctor import LAUNCHERS_BY_DIALECT, check_plan, plan_for_log
 
     if diagnosis.format == "rlhflab":
         fail(f"rlhflab reruns its own runs: rlhflab ablate {diagnosis.source}")
-    try:
-        planned = plan_for_log(table, diagnosis, command, seeds, top, out, maps)
-    except PlanError as err:
-        fail(str(err))
+    planned = plan_for_log(table, diagnosis, command, seeds, top, out, maps)
     check = check_plan(LAUNCHERS_BY_DIALECT[table.settings.trainer], planned)
     if json_output:
         typer.echo(json.dumps(planned.to_json() | {"checked_by": check.checked_by, "check_errors": check.errors},
@@ -153,27 +149,21 @@ def _rated_truth(log: Path, truth: Optional[str], table):
     from rlhflab.studies.as_truth import named_truth
     from rlhflab.studies.design import StudyError
 
-    try:
+    with reported(StudyError, prefix="--truth: "):
         return named_truth(log, truth)
-    except StudyError as err:
-        fail(f"--truth: {err}")
 
 
 def _follow(path: Path, mapping, format_name: Optional[str], stop_on: str, interval: float,
             idle_exit: Optional[float]) -> None:
     """`doctor --follow`: tell findings as they appear; exits with the code the docstring of `doctor` gives."""
-    from rlhflab.doctor import LogFormatError, Watch, follow, stop_rules
+    from rlhflab.doctor import Watch, follow, stop_rules
 
-    try:
+    with reported(ValueError, prefix="--stop-on: "):
         watch = Watch(stop_rules(stop_on))
-    except ValueError as err:
-        fail(f"--stop-on: {err}")
     console.print(f"following {path} (every {interval:g} s{'; stop on ' + stop_on if stop_on else ''}); Ctrl-C ends")
     try:
         followed = follow(path, watch, mapping, format_name, interval, idle_exit, emit=lambda line: console.print(
             escape(line), highlight=False))
-    except LogFormatError as err:
-        fail(str(err))
     except KeyboardInterrupt:
         if watch.diagnosis is not None:
             print_diagnosis(watch.diagnosis)
@@ -214,17 +204,17 @@ def compare(
     Exit code: 0 fixed (several arms: a confirmed cure); 1 not fixed or worse (several arms: no arm cures
     it); 3 partly fixed or cannot tell (several arms: not confirmed, cannot tell); 2 bad input."""
 
-    from rlhflab.doctor import LogFormatError, compare_tables, parse_map_options, read_log
+    from rlhflab.doctor import compare_tables, parse_map_options, read_log
 
     groups = split_at_marks(runs)
     if len(groups) < 2 or not all(groups):
         fail("give the runs before the fix, then --, then the runs after it: "
              "rlhflab compare BEFORE... -- AFTER... (or BEFORE... -- ARM1... -- ARM2... for several arms)")
-    try:
+    if html_path is not None:
+        writable_parent(html_path)
+    with reported(ValueError):
         user_map = parse_map_options(mapping or [])
-        tables = [[read_log(Path(r), user_map) for r in group] for group in groups]
-    except (LogFormatError, ValueError) as err:
-        fail(str(err))
+    tables = [[read_log(Path(r), user_map) for r in group] for group in groups]
     if len(groups) > 2 or rank:
         _compare_arms(groups, tables, truth, json_output, html_path)
         return
@@ -288,7 +278,5 @@ def study_truth_change(directory: Path, before_runs: list[str], after_runs: list
     from rlhflab.studies.as_truth import study_truth_change
     from rlhflab.studies.design import StudyError
 
-    try:
+    with reported(StudyError, prefix="--truth: "):
         return study_truth_change(directory, before_runs, after_runs, before, after)
-    except StudyError as err:
-        fail(f"--truth: {err}")

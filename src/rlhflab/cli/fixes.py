@@ -19,7 +19,7 @@ from rlhflab.cli.common import (
 )
 from rlhflab.cli.errors import fail
 from rlhflab.cli.render import print_ablation, print_comparison, print_links
-from rlhflab.cli.stages import input_errors, require_stage, stage_config
+from rlhflab.cli.stages import require_stage, stage_config
 from rlhflab.cli.studies import judge_pairs, sample_one
 from rlhflab.progress import console
 
@@ -38,24 +38,31 @@ def verify(
 ) -> None:
     """Rerun RUN's config with the same seeds and the fix; compare the diagnoses."""
     training_stack()
-    from rlhflab.config import ConfigError
     from rlhflab.verify import verify as run_verify
 
     if not (run / "config.toml").is_file():
         fail(f"{run}/config.toml not found: not an rlhflab run directory")
-    try:
-        result = run_verify(run, fix, out, show_progress=not quiet)
-    except ConfigError as err:
-        fail(str(err), label="config error")
+    if judge is not None and not pair:
+        fail("--judge answers a comparison study: give --pair too")
+    if pair:
+        _judge_checked(judge, template)
+    result = run_verify(run, fix, out, show_progress=not quiet)
     console.print(f"verify {' '.join(fix)}: {run} -> {result.rerun}")
     if not result.comparison.findings:
         console.print("the original run had no finding")
-    if judge is not None and not pair:
-        fail("--judge answers a comparison study: give --pair too")
     if pair:
         _verify_by_preference(run, result, judge, template)
         return
     print_comparison(result.comparison)
+
+
+def _judge_checked(judge: Optional[str], template: Optional[Path]) -> None:
+    """A study and its judge, checked before a rerun of minutes: the studies extra, the judge's spec."""
+    studies_extra()
+    if judge is not None:
+        from rlhflab.judges.pairs import parse_pair_judge
+
+        parse_pair_judge(judge, template)
 
 
 def _verify_by_preference(run: Path, result, judge_spec: Optional[str], template: Optional[Path]) -> None:
@@ -64,14 +71,10 @@ def _verify_by_preference(run: Path, result, judge_spec: Optional[str], template
     studies_extra()
     training_stack()
     from rlhflab.doctor import compare_tables, read_and_diagnose
-    from rlhflab.studies.design import StudyError
     from rlhflab.studies.pair_results import preference_change
     from rlhflab.verify import preference_study
 
-    try:
-        study, links, (before, after) = preference_study(Path(run), Path(result.rerun), sample_one)
-    except StudyError as err:
-        fail(str(err))
+    study, links, (before, after) = preference_study(Path(run), Path(result.rerun), sample_one)
     study_dir = study.directory
     if judge_spec is None:
         print_comparison(result.comparison)
@@ -80,10 +83,7 @@ def _verify_by_preference(run: Path, result, judge_spec: Optional[str], template
         print_links(links)
         return
     judge_pairs(study, judge_spec, template, Path(run) / "stage1_lm")
-    try:
-        truth = preference_change(study, [before], [after], kinds=("judge",))
-    except StudyError as err:
-        fail(str(err))
+    truth = preference_change(study, [before], [after], kinds=("judge",))
     comparison = compare_tables([read_and_diagnose(Path(run))[0]], [read_and_diagnose(Path(result.rerun))[0]],
                                 truth=truth)
     print_comparison(comparison)
@@ -109,20 +109,17 @@ def ablate(
     """The doctor's candidate fixes, one at a time, over seeds, against a control: the confirmed
     cause, or "no setting cures it". Writes RUN/ablate/ (ablate.json, report.html)."""
     training_stack()
-    from rlhflab.ablate import AblateError
     from rlhflab.ablate import ablate as run_ablate
-    from rlhflab.config import ConfigError
     from rlhflab.runs import read_json
 
     if not (run / "config.toml").is_file() or not (run / "metrics" / "ppo.jsonl").is_file():
         fail(f"{run}: not an rlhflab run directory with a PPO stage (config.toml and "
              "metrics/ppo.jsonl)")
-    try:
-        with interruptible():
-            result = run_ablate(run, top, seeds, fix or [], jobs, resume, show_progress=not quiet, judge=judge,
-                                template=template.read_text(encoding="utf-8") if template else None)
-    except (ConfigError, AblateError) as err:
-        fail(str(err))
+    if judge is not None:
+        _judge_checked(judge, template)
+    with interruptible():
+        result = run_ablate(run, top, seeds, fix or [], jobs, resume, show_progress=not quiet, judge=judge,
+                            template=template.read_text(encoding="utf-8") if template else None)
     summary = read_json(result.root / "ablate.json")
     if json_out:
         print(json.dumps(summary, indent=2))
@@ -158,6 +155,7 @@ def checkup(
 
     from rlhflab.checkup import run_checkup
     from rlhflab.faults.zoo import components_for
+    from rlhflab.preflight import preflight
     from rlhflab.runs import RunDir
 
     own = policy is not None or reward_model is not None
@@ -173,13 +171,13 @@ def checkup(
         own_overrides = [f"{k}={v}" for k, v in given.items() if v is not None]
         config = build_config(preset, config_file, [*(overrides or []), *own_overrides])
         run = out or Path(".")
+        preflight(config, RunDir(run), components_for(config), ("reward", "ppo"))
         run.mkdir(parents=True, exist_ok=True)
     else:
+        config = stage_config(run, "demo", None, overrides)  # the run's own config, and any overrides
         require_stage(run / "stage1_lm", "pretrain")
         require_stage(run / "stage2_rm", "reward")
-        config = stage_config(run, "demo", None, None)  # the run's own config
-    with input_errors():
-        found = run_checkup(config, RunDir(run), components_for(config), trainer=not own)
+    found = run_checkup(config, RunDir(run), components_for(config), trainer=not own)
     table = Table(title=f"checkup: {run}")
     for column in ("probe", "state", "component", "result", "measured", "tolerance", "what"):
         table.add_column(column)
@@ -251,8 +249,17 @@ def faults_bench(
 ) -> None:
     """Run the healthy pipeline and every fault, then the checkup and the doctor; score them."""
     training_stack()
+    from rlhflab.errors import writable_directory
+    from rlhflab.faults.zoo import get_fault
     from rlhflab.faults_bench import run_bench
 
+    for name in only or []:
+        try:
+            get_fault(name)
+        except KeyError as err:
+            fail(f"--fault {err.args[0]}")
+    writable_directory(out)
+    writable_directory(doc.parent)
     command = "rlhflab faults bench --preset " + preset + "".join(f" --seed {s}" for s in seeds) + "".join(
         f" --fault {f}" for f in only or []) + (" --rescore" if rescore else "")
     healthy, rows = run_bench(preset, seeds, out, only, doc, command, rescore)

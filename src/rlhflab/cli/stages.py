@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -49,7 +48,7 @@ def pipeline(
     from rlhflab.distributed import Cluster
 
     cluster = Cluster.from_environment()
-    with input_errors(), interruptible():
+    with interruptible():
         result = run_pipeline(config, out, components_for(config), show_progress=not quiet,
                               resume=resume is not None, cluster=cluster)
     if not cluster.is_main:
@@ -74,14 +73,9 @@ def stage_config(run: Path, preset: str, config_file: Optional[Path], overrides:
                   fault: Optional[str] = None) -> PipelineConfig:
     """A stage run into an existing run directory starts from that run's config (then the
     config file and overrides); a new run directory starts from the preset."""
-    from rlhflab.config import ConfigError, config_from_run
+    from rlhflab.config import config_from_run
 
-    base = None
-    if (run / "config.toml").is_file():
-        try:
-            base = config_from_run(run)
-        except ConfigError as err:
-            fail(str(err), label="config error")
+    base = config_from_run(run) if (run / "config.toml").is_file() else None
     return build_config(preset, config_file, overrides, fault, base)
 
 
@@ -115,18 +109,6 @@ def _resume_config(run: Path, overrides, config_file, fault) -> PipelineConfig:
     return stage_config(run, "demo", None, placement or None)
 
 
-@contextmanager
-def input_errors():
-    """A bad data file or model directory ends the command with its message and exit code 2."""
-    from rlhflab.data.files import DataError
-    from rlhflab.models.lm import ModelDirError
-
-    try:
-        yield
-    except (DataError, ModelDirError) as err:
-        fail(str(err), label="input error")
-
-
 def pretrain(
     overrides: Optional[list[str]] = OverridesArgument,
     out: Path = typer.Option(..., "--out", help="Run directory."),
@@ -144,7 +126,7 @@ def pretrain(
 
     data = _data_overrides(model=model, sft=sft, skip_invalid=skip_invalid)
     config, cluster = _placed(stage_config(out, preset, config_file, [*(overrides or []), *data]))
-    _run_stage("stage 1", RunDir(out), config, cluster, lambda run: run_pretrain(config, run, not quiet, cluster))
+    _run_stage("pretrain", RunDir(out), config, cluster, lambda run: run_pretrain(config, run, not quiet, cluster))
 
 
 def reward(
@@ -164,13 +146,13 @@ def reward(
     from rlhflab.stages.reward import run_reward
 
     run = RunDir(out)
+    data = _data_overrides(reward_base=model, preferences=preferences, skip_invalid=skip_invalid)
+    config, cluster = _placed(stage_config(out, preset, config_file, [*(overrides or []), *data]))
     if model is None:
         require_stage(run.stage1_lm, "pretrain")
     if preferences is None and model is not None:
         fail("--model needs --preferences (labelling samples needs the world's stage 1)")
-    data = _data_overrides(reward_base=model, preferences=preferences, skip_invalid=skip_invalid)
-    config, cluster = _placed(stage_config(out, preset, config_file, [*(overrides or []), *data]))
-    _run_stage("stage 2", run, config, cluster, lambda run: run_reward(config, run, not quiet, cluster))
+    _run_stage("reward", run, config, cluster, lambda run: run_reward(config, run, not quiet, cluster))
 
 
 def ppo(
@@ -200,31 +182,38 @@ def ppo(
     elif out is None:
         fail("give --out RUN (or --resume RUN)")
     run = RunDir(out)
+    if resume is None:
+        config = stage_config(out, preset, config_file, [*(overrides or []), *data], fault)
     if policy is None and not _run_sets_data(run, "policy"):
         require_stage(run.stage1_lm, "pretrain")
     if reward_model is None and not _run_sets_data(run, "reward_model"):
         require_stage(run.stage2_rm, "reward")
-    if resume is None:
-        config = stage_config(out, preset, config_file, [*(overrides or []), *data], fault)
     config, cluster = _placed(config)
     components = components_for(config)  # checked when the config was loaded (build_config: with_fault)
     config = record_components(config, components)
-    _run_stage("stage 3", run, config, cluster, lambda run: run_ppo(
-        config, run, components, show_progress=not quiet, resume=resume is not None, cluster=cluster))
+    _run_stage("ppo", run, config, cluster, lambda run: run_ppo(
+        config, run, components, show_progress=not quiet, resume=resume is not None, cluster=cluster),
+        components, resume is not None)
 
 
-def _run_stage(title: str, run, config: PipelineConfig, cluster, train) -> None:
-    """The tail every stage command shares: the resolved config written into the run (by
-    the first process), `train(run)` with bad inputs and interruptions reported, and its
-    result printed as a table."""
+STAGE_TITLES = {"pretrain": "stage 1", "reward": "stage 2", "ppo": "stage 3"}
+
+
+def _run_stage(stage: str, run, config: PipelineConfig, cluster, train, components=None, resume: bool = False) -> None:
+    """The tail every stage command shares: what the stage needs checked before anything is
+    written (`preflight`), the resolved config written into the run (by the first process),
+    `train(run)` with interruptions reported, and its result printed as a table."""
     from rlhflab.config import save_config
+    from rlhflab.faults.zoo import components_for
+    from rlhflab.preflight import preflight
 
+    preflight(config, run, components or components_for(config), (stage,), resume)
     if cluster.is_main:
         save_config(config, run.create().config)
-    with input_errors(), interruptible():
+    with interruptible():
         result = train(run)
     if cluster.is_main:
-        console.print(result_table(title, result))
+        console.print(result_table(STAGE_TITLES[stage], result))
 
 
 def _placed(config):
@@ -239,11 +228,8 @@ def _placed(config):
 
 def report(run: Path = typer.Argument(..., help="Run directory")) -> None:
     """(Re)write RUN/report.html: curves, findings with onsets, samples."""
-    from rlhflab.doctor import LogFormatError, read_and_diagnose, write_diagnosis, write_report
+    from rlhflab.doctor import read_and_diagnose, write_diagnosis, write_report
 
-    try:
-        table, diagnosis = read_and_diagnose(run, format_name="rlhflab")
-    except LogFormatError as err:
-        fail(str(err))
+    table, diagnosis = read_and_diagnose(run, format_name="rlhflab")
     write_diagnosis(diagnosis, run / "diagnosis.json")
     console.print(f"wrote {write_report(run, table, diagnosis)}")

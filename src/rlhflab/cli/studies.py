@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from rlhflab.cli.common import HostOption, NoServeOption, PortOption, studies_extra, training_stack
-from rlhflab.cli.errors import fail, reported
+from rlhflab.cli.errors import fail, writable_parent
 from rlhflab.cli.render import announce_study, print_links, print_pair_results, print_study_results
 from rlhflab.progress import console
 
@@ -91,7 +91,10 @@ def rate(
             _interchange(built, export, out, import_file)
         return bool(judges) or export is not None or import_file is not None
 
-    study_command(opened, raters, answered_at_once, no_serve, host, port)
+    if export is not None:
+        _export_checked(export, out)
+    serves = not (results or judges or export is not None or import_file is not None or no_serve)
+    study_command(opened, raters, answered_at_once, no_serve, host, port, serves)
 
 
 SAMPLE_HELP = """A local model's responses to a prompt file, as a sample file.
@@ -122,29 +125,29 @@ def sample(
     training_stack()
     from dataclasses import replace
 
+    from rlhflab.errors import writable_directory
     from rlhflab.runs import RunDir
     from rlhflab.sample import SampleError, SamplingSettings, load_model, prompts_from_file, run_sampling
 
     asked = {k: v for k, v in dict(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed).items()
              if v is not None}
-    try:
-        if RunDir(source).config.is_file():
-            models, run_prompts, settings, gold = run_sampling(source)
-            jobs = [(path, source / "samples" / f"{name}.jsonl") for name, path in models.items()]
-            if out is not None:
-                raise SampleError("--out is for a model directory; a run's samples go to RUN/samples/")
-        else:
-            if prompts is None or out is None:
-                raise SampleError("sampling a model directory needs --prompts FILE and --out SAMPLES.jsonl")
-            jobs, run_prompts, settings, gold = [(source, out)], None, SamplingSettings(), None
-        settings = replace(settings, batch_size=batch_size, device=device, **asked)
-        for model_dir, target in jobs:
-            model, tokenizer = load_model(model_dir)
-            texts = prompts_from_file(prompts, tokenizer) if prompts is not None else run_prompts
-            sample_one(model, tokenizer, texts, target, settings, str(model_dir),
-                        str(prompts) if prompts is not None else "the run's held-out prompts", gold)
-    except SampleError as err:
-        fail(str(err))
+    if RunDir(source).config.is_file():
+        models, run_prompts, settings, gold = run_sampling(source)
+        jobs = [(path, source / "samples" / f"{name}.jsonl") for name, path in models.items()]
+        if out is not None:
+            raise SampleError("--out is for a model directory; a run's samples go to RUN/samples/")
+    else:
+        if prompts is None or out is None:
+            raise SampleError("sampling a model directory needs --prompts FILE and --out SAMPLES.jsonl")
+        jobs, run_prompts, settings, gold = [(source, out)], None, SamplingSettings(), None
+    settings = replace(settings, batch_size=batch_size, device=device, **asked)
+    for _, target in jobs:
+        writable_directory(target.parent)
+    for model_dir, target in jobs:
+        model, tokenizer = load_model(model_dir)
+        texts = prompts_from_file(prompts, tokenizer) if prompts is not None else run_prompts
+        sample_one(model, tokenizer, texts, target, settings, str(model_dir),
+                   str(prompts) if prompts is not None else "the run's held-out prompts", gold)
 
 
 def sample_one(model, tokenizer, texts, target: Path, settings, model_name: str, prompts_name: str, gold) -> None:
@@ -218,6 +221,8 @@ def pair(
             raise StudyError("give the study's directory with --study DIR")
         if results or export is not None:
             existing = open_study(directory, PAIR)
+            if export is not None:
+                writable_parent(export)
             if results:
                 print_pair_results(existing, json_output)
             else:
@@ -241,30 +246,32 @@ def pair(
             print_pair_results(built, json_output=False, kinds=("judge",))
         return bool(judges)
 
-    study_command(opened, raters, answered_at_once, no_serve, host, port)
+    serves = not (results or export is not None or judges or no_serve)
+    study_command(opened, raters, answered_at_once, no_serve, host, port, serves)
 
 
-def study_command(opened, raters: Optional[int], answered_at_once, no_serve: bool, host: str, port: int) -> None:
-    """What `rate` and `pair` share, whatever the study's kind: `opened()` builds or reopens the
-    study (or prints what was asked of it and returns None); then its rater links, and the study
-    answered at once (`answered_at_once`: judges, an export, an import), or its links printed
-    (--no-serve), or served. A bad source, design or study is one line and exit 2."""
-    from rlhflab.doctor import LogFormatError
-    from rlhflab.studies.design import StudyError
+def study_command(opened, raters: Optional[int], answered_at_once, no_serve: bool, host: str, port: int,
+                  serves: bool) -> None:
+    """What `rate` and `pair` share, whatever the study's kind: the address bound first when the
+    study will be served (a bad --host or --port is said before any study is built); `opened()`
+    builds or reopens the study (or prints what was asked of it and returns None); then its rater
+    links, and the study answered at once (`answered_at_once`: judges, an export, an import), or
+    its links printed (--no-serve), or served."""
+    from rlhflab.studies.serve import bind
 
-    with reported(StudyError, LogFormatError):
-        found = opened()
-        if found is None:
-            return
-        built, added, title, items = found
-        links = built.ensure_raters(raters or built.design.ratings_per_item)
+    sock = bind(host, port) if serves else None
+    found = opened()
+    if found is None:
+        return
+    built, added, title, items = found
+    links = built.ensure_raters(raters or built.design.ratings_per_item)
     announce_study(built, added, links, title, items)
     if answered_at_once(built):
         return
-    if no_serve:
+    if no_serve or sock is None:
         print_links(links)
         return
-    _serve_study(built, links, host, port)
+    _serve_study(built, links, host, sock)
 
 
 def judge_pairs(study, spec: str, template: Optional[Path], tokenizer: Optional[Path] = None):
@@ -325,23 +332,28 @@ def _run_judges(study, judges: list[str], template: Optional[Path], label: Optio
 
 def _interchange(study, export: Optional[str], out: Optional[Path], import_file: Optional[Path]) -> None:
     """`rate --export TOOL --out FILE` and `rate --import FILE`."""
-    from rlhflab.studies.design import StudyError
     from rlhflab.studies.interchange import import_ratings
     from rlhflab.studies.kinds import RATING
 
-    try:
-        if export is not None:
-            if export not in RATING.exports or out is None:
-                raise StudyError(f"--export takes one of {', '.join(RATING.exports)} and needs --out FILE")
-            for line in RATING.exports[export](study, out):
-                console.print(escape(line))
-        if import_file is not None:
-            imported = import_ratings(study, import_file)
-            console.print(f"imported {imported.recorded} ratings ({imported.duplicates} already held)")
-            for line in imported.skipped:
-                console.print(f"[yellow]skipped:[/yellow] {escape(line)}")
-    except (StudyError, OSError) as err:
-        fail(str(err))
+    if export is not None:
+        for line in RATING.exports[export](study, out):
+            console.print(escape(line))
+    if import_file is not None:
+        imported = import_ratings(study, import_file)
+        console.print(f"imported {imported.recorded} ratings ({imported.duplicates} already held)")
+        for line in imported.skipped:
+            console.print(f"[yellow]skipped:[/yellow] {escape(line)}")
+
+
+def _export_checked(export: str, out: Optional[Path]) -> None:
+    """`rate --export TOOL --out FILE`, checked before a study is built: a known tool, a file
+    that can be written."""
+    from rlhflab.studies.design import StudyError
+    from rlhflab.studies.kinds import RATING
+
+    if export not in RATING.exports or out is None:
+        raise StudyError(f"--export takes one of {', '.join(RATING.exports)} and needs --out FILE")
+    writable_parent(out)
 
 
 def _study_or_sources(study: Optional[Path], sources: Optional[list[str]]) -> tuple[Optional[Path], list[str]]:
@@ -354,17 +366,13 @@ def _study_or_sources(study: Optional[Path], sources: Optional[list[str]]) -> tu
     return study, list(sources or [])
 
 
-def _serve_study(study, links, host: str, port: int) -> None:
-    from rlhflab.studies.serve import base_url, bind, is_loopback, rater_link, serve
+def _serve_study(study, links, host: str, sock) -> None:
+    from rlhflab.studies.serve import base_url, is_loopback, rater_link, serve
 
     if not is_loopback(host):
         console.print(f"[yellow]warning:[/yellow] listening on {escape(host)}: traffic is plain HTTP, so the rater "
                       "links and ratings cross the network unencrypted (put it behind TLS, or keep the default "
                       "127.0.0.1)")
-    try:
-        sock = bind(host, port)
-    except OSError as err:
-        fail(str(err))
     for rater in links:
         typer.echo(f"{rater.name}: {rater_link(base_url(sock), rater)}")
     serve(study, sock, announce=lambda line: console.print(escape(line)))  # uvicorn ends on Ctrl-C by itself

@@ -4,6 +4,7 @@ Files are JSONL (``.jsonl``, one JSON object per line, blank lines ignored) or P
 (``.parquet``, one record per row). Every record is validated, and the first bad one
 raises a `DataError` whose message reads ``"{path}:{line}: {problem}; expected {what}"``,
 with ``line`` the 1-based line of a JSONL file or the 1-based row of a Parquet file.
+
 With ``skip_invalid=True`` bad records are skipped and listed in `Loaded.skipped`
 instead; a missing, empty or unreadable file, or one with no valid record at all,
 is an error either way, because there would be nothing to train on.
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from rlhflab.errors import InputError
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
@@ -39,8 +42,10 @@ MAX_LISTED_LINES = 10
 """Skipped line numbers `Loaded.summary` lists before it ends with "..."."""
 
 
-class DataError(ValueError):
+class DataError(InputError):
     """A data file, or a record in it, that cannot be used as given."""
+
+    label = "input error"
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,14 @@ from rlhflab.doctor.findings import Diagnosis
 from rlhflab.doctor.formats import LAUNCHERS
 from rlhflab.doctor.formats.launch import Launcher, Syntax
 from rlhflab.doctor.table import MetricTable
+from rlhflab.errors import InputError
 
 CONTROL = "control"
 
 LAUNCHERS_BY_DIALECT = {d: launcher for launcher in LAUNCHERS for d in launcher.dialects}
 
 
-class PlanError(ValueError):
+class PlanError(InputError):
     """A plan that cannot be written (said with what to do instead)."""
 
 

@@ -162,20 +162,29 @@ def judge_pairs(study: Study, judge: PairJudge, advance: Callable[[], None] = la
 PAIR_JUDGE_KINDS = ("rm", "lm", "world")
 
 
+def parse_pair_judge(spec: str, template: object | None = None) -> tuple[str, Path]:
+    """`KIND:PATH` checked before anything runs: a known kind, a path that exists, the template
+    an `lm` judge needs; a StudyError says what was expected."""
+    kind, _, path = spec.partition(":")
+    if kind not in PAIR_JUDGE_KINDS or not path:
+        raise StudyError(f"--judge {spec}: expected KIND:PATH with KIND one of {', '.join(PAIR_JUDGE_KINDS)}")
+    if not Path(path).exists():
+        raise StudyError(f"--judge {spec}: {path} does not exist")
+    if kind == "lm" and template is None:
+        raise StudyError("--judge lm:DIR needs --template FILE")
+    return kind, Path(path)
+
+
 def make_pair_judge(spec: str, study: Study, template: str | None = None,
                     tokenizer: Path | None = None) -> PairJudge:
     """The judge `KIND:PATH` names: `world:RUN` (the world's simulated labeler, its noise unit
     the spread of the gold utility over `study`'s responses), `rm:DIR`, `lm:DIR` (with `template`)."""
-    kind, _, path = spec.partition(":")
-    if kind not in PAIR_JUDGE_KINDS or not path:
-        raise StudyError(f"--judge {spec}: expected KIND:PATH with KIND one of {', '.join(PAIR_JUDGE_KINDS)}")
+    kind, path = parse_pair_judge(spec, template)
     if kind == "world":
         from rlhflab.studies.bots import world_comparers
 
         responses = [(i["prompt"], r) for i in study.items() for r in (i["response"], i["response_b"])]
-        return FunctionPairJudge(f"world:{Path(path).resolve()}", world_comparers(Path(path), responses, 1)[0])
+        return FunctionPairJudge(f"world:{path.resolve()}", world_comparers(path, responses, 1)[0])
     if kind == "lm":
-        if template is None:
-            raise StudyError("--judge lm:DIR needs --template FILE")
-        return LanguageModelPairJudge(Path(path), template)
-    return RewardModelPairJudge(Path(path), tokenizer)
+        return LanguageModelPairJudge(path, template)
+    return RewardModelPairJudge(path, tokenizer)

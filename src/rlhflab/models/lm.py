@@ -20,10 +20,13 @@ from transformers import (
 )
 
 from rlhflab.config import PretrainConfig
+from rlhflab.errors import InputError
 
 
-class ModelDirError(ValueError):
+class ModelDirError(InputError):
     """A model directory is missing, or lacks what rlhflab needs (weights, tokenizer, EOS)."""
+
+    label = "input error"
 
 
 def build_tiny_lm(tokenizer: PreTrainedTokenizerBase, config: PretrainConfig, seed: int) -> GPT2LMHeadModel:

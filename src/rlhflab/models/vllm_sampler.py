@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from rlhflab.config import ConfigError, RolloutConfig
+from rlhflab.config import RolloutConfig
+from rlhflab.errors import MissingExtra
 from rlhflab.models.precision import forward_dtype
 from rlhflab.models.sampling import Samples
 from rlhflab.seeding import RowStreams, uniforms
@@ -30,14 +31,14 @@ INSTALL_HINT = ("rollout.engine = 'vllm' needs vLLM in the environment that runs
 
 
 def import_vllm():
-    """vLLM's `LLM` and `SamplingParams`, its engine kept in this process; a ConfigError naming
+    """vLLM's `LLM` and `SamplingParams`, its engine kept in this process; a MissingExtra naming
     what to install when it is missing."""
     # Before vLLM is imported: its engine then runs in this process, not in a worker.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     try:
         from vllm import LLM, SamplingParams
     except ImportError as err:
-        raise ConfigError(f"{INSTALL_HINT} ({err})") from None
+        raise MissingExtra(f"{INSTALL_HINT} ({err})") from None
     return LLM, SamplingParams
 
 

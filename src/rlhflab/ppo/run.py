@@ -19,7 +19,7 @@ from rlhflab.checkpoint import (
     save_checkpoint,
     truncate_lines,
 )
-from rlhflab.config import PipelineConfig
+from rlhflab.config import PipelineConfig, training_keys
 from rlhflab.distributed import Cluster
 from rlhflab.doctor import Finding, LiveLog, StopRule, Watch, write_diagnosis
 from rlhflab.ppo.components import PPOComponents
@@ -81,7 +81,7 @@ def run_ppo(
         def checkpoint(next_step: int) -> None:
             lines = (count_lines(run.metrics("ppo")), count_lines(run.samples("ppo"))) if is_main else (0, 0)
             save_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller,
-                            ResumePoint(next_step, *lines, before), cluster)
+                            ResumePoint(next_step, *lines, before, training_keys(config)), cluster)
 
         logger = stage_logger(run, "ppo", append=first > 0, is_main=is_main)
         watch = LiveDoctor(config, state, records, kept, stop_when)

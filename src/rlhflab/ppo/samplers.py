@@ -58,23 +58,44 @@ def _native(sample: seams.Sample, policy_dir: Path, config: RolloutConfig, seed:
     return NativeSampler(sample)
 
 
-def _vllm(sample: seams.Sample, policy_dir: Path, config: RolloutConfig, seed: int, device: torch.device
-          ) -> Sampler:
-    from rlhflab.models.vllm_sampler import VLLMSampler
+def _check_vllm(config: RolloutConfig, sample: seams.Sample) -> None:
+    """Before the run: vLLM importable, and no replaced sample component it would stand in for."""
+    from rlhflab.models.vllm_sampler import import_vllm
 
     if sample is not PPOComponents().sample:  # the engine samples in its place: a replacement would be lost
         raise ConfigError(f"rollout.engine = {config.engine!r} samples in place of the sample component, which this "
                           f"run replaces ({component_path(sample)}: a fault, or components.sample); use "
                           "rollout.engine = 'native' to run it")
+    import_vllm()
+
+
+def _vllm(sample: seams.Sample, policy_dir: Path, config: RolloutConfig, seed: int, device: torch.device
+          ) -> Sampler:
+    from rlhflab.models.vllm_sampler import VLLMSampler
+
+    _check_vllm(config, sample)
     return VLLMSampler(policy_dir, config, seed, device)
 
 
-# rollout.engine -> how to start it: (the sample component, the policy's directory, the
-# rollout config, a seed, the device) -> Sampler.
-SAMPLERS: dict[str, Callable[..., Sampler]] = {"native": _native, "vllm": _vllm}
+@dataclass(frozen=True)
+class Engine:
+    """A rollout engine: how to start it, and what it needs, checked before a run writes anything."""
+
+    start: Callable[..., Sampler]
+    """(the sample component, the policy's directory, the rollout config, a seed, the device) -> Sampler."""
+    check: Callable[[RolloutConfig, seams.Sample], None] = lambda config, sample: None
+
+
+# rollout.engine -> its engine.
+SAMPLERS: dict[str, Engine] = {"native": Engine(_native), "vllm": Engine(_vllm, _check_vllm)}
+
+
+def check_engine(config: RolloutConfig, sample: seams.Sample) -> None:
+    """What `config.engine` needs, there before the run starts (`preflight`)."""
+    SAMPLERS[config.engine].check(config, sample)
 
 
 def start_sampler(sample: seams.Sample, policy_dir: Path, config: RolloutConfig, seed: int,
                   device: torch.device) -> Sampler:
     """The sampler `config.engine` names, started on the weights of `policy_dir`."""
-    return SAMPLERS[config.engine](sample, policy_dir, config, seed, device)
+    return SAMPLERS[config.engine].start(sample, policy_dir, config, seed, device)

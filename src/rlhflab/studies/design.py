@@ -16,13 +16,14 @@ from typing import Sequence
 import tomllib
 
 from rlhflab.doctor import Sample
+from rlhflab.errors import InputError
 from rlhflab.seeding import derive_seed
 
 UNREADABLE = "unreadable"
 """The answer outside the scale: the response is unreadable or broken (left out of means)."""
 
 
-class StudyError(ValueError):
+class StudyError(InputError):
     """A study that cannot be built, opened or served: the message says what was expected."""
 
 

@@ -61,6 +61,7 @@ def label_studio_config(study: Study) -> str:
 def export_items(study: Study, tool: Tool, out: Path) -> list[Path]:
     """Write the study's items for `tool` (and Label Studio's labeling config beside them)."""
     out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)  # as every export does: the file's directories made
     items = _shuffled_items(study)
     if tool == "label-studio":
         tasks = [{"data": {"prompt": i["prompt"], "response": i["response"], "item": i["key"]}} for i in items]

@@ -6,6 +6,7 @@ import ipaddress
 import socket
 from typing import Callable
 
+from rlhflab.errors import AddressError
 from rlhflab.studies.store import Rater, Study
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
@@ -21,7 +22,10 @@ def is_loopback(host: str) -> bool:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening socket (port 0: any free port), so the links printed carry the real port."""
+    """A listening socket (port 0: any free port), so the links printed carry the real port; an
+    address it cannot listen on is an AddressError."""
+    if not 0 <= port <= 65535:
+        raise AddressError(f"--port {port}: a port is a number from 0 (any free one) to 65535")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -29,7 +33,8 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host.strip("[]"), port))
     except OSError as err:
         sock.close()
-        raise OSError(f"cannot listen on {host}:{port} ({err.strerror}); choose another --port") from None
+        raise AddressError(f"cannot listen on {host}:{port} ({err.strerror or err}); choose another --host or "
+                           "--port") from None
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
