@@ -475,7 +475,7 @@ def test_a_pair_study_is_refused_as_a_rated_truth_and_a_rating_study_as_a_pair_s
 
     study = build(tmp_path)
     with pytest.raises(StudyError, match="compares systems.*rlhflab compare"):
-        named_truth(tmp_path / "a.jsonl", f"{study.directory}:a")
+        named_truth(tmp_path / "a.jsonl", f"{study.directory}:a", table=None)  # refused before the run is read
     with pytest.raises(StudyError, match="a pair study, not a rating study; read it with rlhflab pair"):
         open_study(study.directory, RATING)
     assert open_study(study.directory, PAIR).design.kind == "pair"

@@ -100,7 +100,7 @@ def test_attaching_replaces_a_logged_gold_and_says_so():
 
 
 # --- from a study ---------------------------------------------------------------------------
-def run_dir(root: Path, name: str, gold_peak: int | None) -> Path:
+def run_dir(root: Path, name: str, gold_peak: int | None, steps: int = 80) -> Path:
     """A run directory with a metrics log and samples whose response text carries its quality."""
     run = root / name
     (run / "metrics").mkdir(parents=True)
@@ -108,7 +108,7 @@ def run_dir(root: Path, name: str, gold_peak: int | None) -> Path:
     records = healthy_records(1, gold=False)
     (run / "metrics" / "ppo.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     rows = []
-    for step in range(80):
+    for step in range(steps):
         quality = step if gold_peak is None else min(step, 2 * gold_peak - step)
         rows += [{"step": step, "prompt": f"p{step}-{k}", "response": f"q={quality} k={k}", "proxy": 0.1}
                  for k in range(4)]
@@ -211,3 +211,39 @@ def test_a_broken_study_found_in_a_run_is_noted_not_fatal(tmp_path: Path):
     result = runner.invoke(cli, ["doctor", str(run), "--json"])
     assert result.exit_code in (0, 1, 3), result.output
     assert any("was not read as the truth" in n for n in json.loads(result.stdout)["notes"])
+
+
+def test_a_study_of_another_run_is_refused_where_the_truth_is_read(two_runs, tmp_path: Path, capsys):
+    """doctor --truth and compare --truth read a rating study only for the run it rates: a study of
+    another run (its items not among the run's samples), or one that stops before the run's end,
+    is one line and exit 2, and the run's own findings stay."""
+    study, hacked, good = two_runs
+    accepted = runner.invoke(cli, ["doctor", str(hacked), "--truth", f"{study.directory}:before", "--json"])
+    assert accepted.exit_code in (0, 1)
+    other = runner.invoke(cli, ["doctor", str(hacked), "--truth", f"{study.directory}:after"])
+    assert other.exit_code == 2 and "not among" in other.output and "rates another run" in other.output
+    assert "Traceback" not in other.output
+
+    longer = run_dir(tmp_path / "longer", "after", None, steps=200)  # 'after' again, run on to step 199
+    with pytest.raises(SystemExit) as refused:
+        main(["compare", str(hacked), "--", str(longer), "--truth", str(study.directory)])
+    assert refused.value.code == 2 and "last quarter" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as read:
+        main(["compare", str(hacked), "--", str(good), "--truth", str(study.directory)])
+    assert read.value.code in (0, 1, 3)
+
+
+def test_a_found_study_of_another_run_is_noted_and_the_runs_findings_stay(tmp_path: Path):
+    good, hacked = run_dir(tmp_path, "good", None), run_dir(tmp_path, "hacked", 40)
+    assert runner.invoke(cli, ["rate", str(good), "--per-bin", "6", "--repeat-every", "0", "--no-serve"]).exit_code == 0
+    study = Study.open(good / "studies" / "ratings")
+    for rater in study.raters():
+        rate_all(study, rater, quality_rating)
+    own = json.loads(runner.invoke(cli, ["doctor", str(good), "--json"]).stdout)
+    assert any("mean rating on 1-7" in n for n in own["notes"])  # its own run: read
+    import shutil
+
+    shutil.copytree(good / "studies", hacked / "studies")  # another run's study, copied beside this one
+    out = json.loads(runner.invoke(cli, ["doctor", str(hacked), "--json"]).stdout)
+    assert any("was not read as the truth" in n and "rates another run" in n for n in out["notes"]), out["notes"]
+    assert not any("mean rating on 1-7" in n for n in out["notes"])

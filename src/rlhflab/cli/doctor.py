@@ -150,7 +150,7 @@ def _rated_truth(log: Path, truth: Optional[str], table):
     from rlhflab.studies.design import StudyError
 
     with reported(StudyError, prefix="--truth: "):
-        return named_truth(log, truth)
+        return named_truth(log, truth, table)
 
 
 def _follow(path: Path, mapping, format_name: Optional[str], stop_on: str, interval: float,

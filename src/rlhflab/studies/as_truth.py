@@ -12,16 +12,17 @@ from rlhflab.doctor import MetricTable, RatedTruth, TruthChange
 from rlhflab.studies.design import StudyError
 from rlhflab.studies.kinds import KINDS, kind_of, open_study
 from rlhflab.studies.store import DATABASE_FILE
-from rlhflab.studies.truth import match_system, parse_truth
+from rlhflab.studies.truth import check_rates_run, match_system, parse_truth
 
 
 def _rating_kinds() -> str:
     return ", ".join(f"rlhflab {k.command}" for k in KINDS.values() if k.rated_truth is not None)
 
 
-def named_truth(log: Path, spec: str) -> RatedTruth:
-    """`--truth STUDY[:SYSTEM]` for `log`; a study that cannot be read, or whose answers are
-    no rating of a run's steps, is a StudyError."""
+def named_truth(log: Path, spec: str, table: MetricTable) -> RatedTruth:
+    """`--truth STUDY[:SYSTEM]` for `log` (read as `table`); a study that cannot be read, whose
+    answers are no rating of a run's steps, or that rates another run (`check_rates_run`) is a
+    StudyError."""
     directory, system = parse_truth(spec)
     try:
         study = open_study(directory)
@@ -30,7 +31,9 @@ def named_truth(log: Path, spec: str) -> RatedTruth:
             raise StudyError(f"{directory}: a {kind.name} study compares systems; the doctor's --truth reads a study "
                              f"that rates one run over its steps ({_rating_kinds()}); compare runs with it instead: "
                              f"rlhflab compare BEFORE -- AFTER --truth {directory}")
-        return kind.rated_truth(study, match_system(study, log, system))
+        matched = match_system(study, log, system)
+        check_rates_run(study, matched, table)
+        return kind.rated_truth(study, matched)
     except sqlite3.DatabaseError as err:
         raise StudyError(f"{directory}: not a readable study ({err})") from None
 
@@ -45,7 +48,9 @@ def found_truth(run: Path, table: MetricTable) -> RatedTruth | None:
             study = open_study(directory)
             kind = kind_of(study.design)
             if kind.rated_truth is not None:
-                return kind.rated_truth(study, match_system(study, run))
+                matched = match_system(study, run)
+                check_rates_run(study, matched, table)
+                return kind.rated_truth(study, matched)
         except (StudyError, sqlite3.DatabaseError) as err:
             table.notes.append(f"the rating study {directory} was not read as the truth: {err}")
     return None

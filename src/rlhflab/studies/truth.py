@@ -72,6 +72,35 @@ def _within(path: Path, directory: Path) -> bool:
     return path == directory or directory in path.parents
 
 
+FINAL_SHARE = 0.75
+"""A study reaches a run's end when its last rated step is past this share of the run's sampled steps."""
+
+
+def check_rates_run(study: Study, system: str, table: MetricTable) -> None:
+    """A rating study's `system` is the truth of the run `table` is read from only if it rates
+    that run: each of its items (step, prompt, response) is one of the run's own samples, and
+    its steps reach the run's last quarter. A StudyError saying what the study holds otherwise
+    (doctor, compare and the truth found in a run all check here, where the truth is read)."""
+    items = [i for i in study.items() if i["system"] == system]
+    if not items:
+        raise StudyError(f"{study.directory}: system {system!r} has no items")
+    steps = [int(i["step"]) for i in items]
+    held = f"{study.directory} rates {system}: {len(items)} items, steps {min(steps)}-{max(steps)}"
+    samples = {(s.step, s.prompt, s.response) for sample_set in table.samples for s in sample_set.samples}
+    if not samples:
+        raise StudyError(f"{held}; {table.source} has no samples beside it to check them against (give them with "
+                         "--samples)")
+    run_steps = sorted({step for step, _, _ in samples})
+    where = f"{table.source}'s samples (steps {run_steps[0]}-{run_steps[-1]})"
+    foreign = sum(1 for i in items if (int(i["step"]), i["prompt"], i["response"]) not in samples)
+    if foreign:
+        raise StudyError(f"{held}; {foreign} of them are not among {where}: it rates another run")
+    end = run_steps[0] + FINAL_SHARE * (run_steps[-1] - run_steps[0])
+    if max(steps) < end:
+        raise StudyError(f"{held}; {where} go on to step {run_steps[-1]}: the study stops before the run's last "
+                         "quarter, where a fall would show (rate its later samples with rlhflab rate ... --add)")
+
+
 def rated_truth(study: Study, system: str) -> RatedTruth:
     """`system`'s ratings as the doctor's rated truth (module docstring)."""
     results = study_results(study)
@@ -138,5 +167,6 @@ def rated_truth_change(study: Study, before: list[str], after: list[str], before
     gold rules read it) and the change of the mean rating measured (`truth_change`)."""
     for tables, systems in ((before_tables, before), (after_tables, after)):
         for table, system in zip(tables, systems):
+            check_rates_run(study, system, table)
             attach_truth(table, rated_truth(study, system))
     return truth_change(study, before, after)
