@@ -79,6 +79,7 @@ def judge_pair(base: Path, before: Path, after: Path, study_dir: Path) -> dict:
     from rlhflab.studies.build import Source
     from rlhflab.studies.pair_results import preference_change
     from rlhflab.studies.pairs import build_pair_study
+    from rlhflab.studies.whose import JUDGES
 
     utility = world_utility(base)
     reference = [json.loads(line) for line in (base / "samples" / "stage1.jsonl").read_text().splitlines()]
@@ -90,11 +91,11 @@ def judge_pair(base: Path, before: Path, after: Path, study_dir: Path) -> dict:
         for k in range(LABELERS):  # each labeler a judge of its own, answering every pair
             labeler = WorldComparer(utility, noise * WORLD_NOISE * spread, derive_seed(0, str(study_dir), str(k)))
             judge_pairs(study, FunctionPairJudge(f"labeler-{k}", labeler))
-        out[f"labelers {noise:g}x"] = preference_change(study, ["before"], ["after"], kinds=("judge",))
+        out[f"labelers {noise:g}x"] = preference_change(study, ["before"], ["after"], whose=JUDGES)
     study, _ = build_pair_study(study_dir / "rm", [Source("before", before), Source("after", after)],
                                 {"ratings_per_item": 1, "repeat_every": 0})
     judge_pairs(study, RewardModelPairJudge(base / "stage2_rm", base / "stage1_lm"))
-    out["reward model"] = preference_change(study, ["before"], ["after"], kinds=("judge",))
+    out["reward model"] = preference_change(study, ["before"], ["after"], whose=JUDGES)
     return {name: {"verdict": study_verdict(t), "rate": t.after_end, "low": t.low + 0.5, "high": t.high + 0.5}
             for name, t in out.items()}
 

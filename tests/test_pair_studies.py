@@ -23,6 +23,7 @@ from rlhflab.studies.pair_store import judgements, pair_items, record_choice, si
 from rlhflab.studies.pairs import build_pair_study
 from rlhflab.studies.pairwise import bradley_terry, wilson_interval, win_matrix
 from rlhflab.studies.store import Study
+from rlhflab.studies.whose import JUDGES
 
 
 def write_samples(path: Path, responses: dict[str, str]) -> Path:
@@ -464,7 +465,7 @@ def test_pair_with_a_judge_answers_at_once_and_gives_the_judges_results(smoke_ru
     assert done.value.code in (0, None)
     said = " ".join(capsys.readouterr().err.split())
     assert "as the judge(s) answered" in said  # (texts the world scores alike: ties, so no side bias to say)
-    (outcome,) = pair_results(Study.open(tmp_path / "judged"), kinds=("judge",)).pairs
+    (outcome,) = pair_results(Study.open(tmp_path / "judged"), whose=JUDGES).pairs
     assert outcome.wins + outcome.losses + outcome.ties == 10 and outcome.unjudged == 0
 
 
@@ -479,3 +480,37 @@ def test_a_pair_study_is_refused_as_a_rated_truth_and_a_rating_study_as_a_pair_s
     with pytest.raises(StudyError, match="a pair study, not a rating study; read it with rlhflab pair"):
         open_study(study.directory, RATING)
     assert open_study(study.directory, PAIR).design.kind == "pair"
+
+
+def test_whose_answers_count_is_chosen_said_and_never_pooled_silently(tmp_path):
+    from typer.testing import CliRunner
+
+    from rlhflab.cli import app
+    from rlhflab.studies.whose import PEOPLE, Whose, answered_by
+
+    study = build(tmp_path, prompts=6, ratings_per_item=1)
+    judge = study.add_rater("judge", "world:x")
+    answer_all(study, judge, lambda prompt, a, b: a)  # the judge always prefers a
+    assert answered_by(study, None) == Whose("judge:world:x", "no person has answered yet")
+    runner = CliRunner()
+    by_default = runner.invoke(app, ["pair", str(study.directory), "--results", "--json"])
+    body = json.loads(by_default.stdout)
+    assert body["answers_of"] == "answers of judge:world:x (no person has answered yet)"
+    assert body["pairs"][0]["wins"] == 6
+    people = json.loads(runner.invoke(app, ["pair", str(study.directory), "--results", "--json", "--answers",
+                                            "people"]).stdout)
+    assert people["pairs"][0]["wins"] == 0 and "no answers yet" in people["notes"]
+    exported = runner.invoke(app, ["pair", str(study.directory), "--export", str(tmp_path / "prefs.jsonl")])
+    assert exported.exit_code == 0 and "6 preference records" in exported.output
+    assert "answers of judge:world:x" in exported.output
+
+    person = study.add_rater()
+    answer_all(study, person, lambda prompt, a, b: b)  # the person always prefers b
+    assert answered_by(study, None) == PEOPLE  # once people answer, theirs count, and the judge is compared
+    assert pair_results(study).pairs[0].losses == 6 and pair_results(study).judges[0].agreement == 0
+    assert pair_results(study, Whose("all")).pairs[0].split == 6  # pooled only when asked: one each way
+    assert pair_results(study, Whose("judge:world:x")).pairs[0].wins == 6
+    wrong = runner.invoke(app, ["pair", str(study.directory), "--results", "--answers", "judge:nobody"])
+    assert wrong.exit_code == 2 and "no judge 'nobody'" in wrong.output and "world:x" in wrong.output
+    bad = runner.invoke(app, ["pair", str(study.directory), "--results", "--answers", "everyone"])
+    assert bad.exit_code == 2 and "people, judges, judge:NAME or all" in bad.output

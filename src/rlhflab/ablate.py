@@ -366,6 +366,7 @@ def preference_truths(source: RunDir, root: Path, plan: Plan, judge: str, templa
     from rlhflab.studies.design import StudyError
     from rlhflab.studies.pair_results import preference_change
     from rlhflab.studies.pairs import build_pair_study
+    from rlhflab.studies.whose import Whose
 
     sources = []
     try:
@@ -380,8 +381,10 @@ def preference_truths(source: RunDir, root: Path, plan: Plan, judge: str, templa
                            prompts_name="the run's held-out prompts", gold=gold)
             sources.append(Source(name, out))
         study, _ = build_pair_study(root / "studies" / "pairs", sources, {"ratings_per_item": 1, "repeat_every": 0})
-        judge_pairs(study, make_pair_judge(judge, study, template, source.stage1_lm))
-        return {s.name: preference_change(study, [CONTROL], [s.name], kinds=("judge",)) for s in sources[1:]}
+        made = make_pair_judge(judge, study, template, source.stage1_lm)
+        judge_pairs(study, made)
+        named = Whose(f"judge:{made.name}")
+        return {s.name: preference_change(study, [CONTROL], [s.name], named) for s in sources[1:]}
     except (SampleError, StudyError) as err:
         raise AblateError(f"--judge {judge}: {err}") from None
 

@@ -38,6 +38,8 @@ SkipInvalidOption = typer.Option(False, "--skip-invalid", help="Skip invalid dat
 HostOption = typer.Option("127.0.0.1", "--host", help="Address to listen on (default loopback only).")
 PortOption = typer.Option(8765, "--port", help="Port (0: any free one).")
 NoServeOption = typer.Option(False, "--no-serve", help="Build or open the study, print its links, and exit.")
+AnswersOption = typer.Option(None, "--answers", help="Whose answers count: people, judges, judge:NAME or all "
+                             "(default: people; the judges where no person has answered, said so).")
 
 
 def build_config(preset: str, config_file: Optional[Path], overrides: Optional[list[str]],

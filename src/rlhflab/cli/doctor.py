@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from rlhflab.cli.common import studies_extra
+from rlhflab.cli.common import AnswersOption, studies_extra
 from rlhflab.cli.errors import fail, reported, writable_parent
 from rlhflab.cli.render import print_ablation, print_comparison, print_diagnosis, print_formats
 from rlhflab.progress import console
@@ -41,6 +41,7 @@ def doctor(
     truth: Optional[str] = typer.Option(None, "--truth", help="STUDY[:SYSTEM]: read a rating study's mean rating "
                                         "per step bin as the run's gold (default for a run without a gold of its "
                                         "own: a study in RUN/studies/)."),
+    answers: Optional[str] = AnswersOption,
     plan: bool = typer.Option(False, "--plan", help="Print the ablation plan for the log's findings instead: one "
                               "command per candidate fix and seed, and the control, in the trainer's own syntax, "
                               "then the rlhflab compare that ranks them."),
@@ -83,7 +84,7 @@ def doctor(
     if html is not None:
         writable_parent(html)
     table, diagnosis = read_and_diagnose(path, parse_map_options(mapping), format_name, samples,
-                                         truth=lambda table: _rated_truth(path, truth, table), run=run)
+                                         truth=lambda table: _rated_truth(path, truth, table, answers), run=run)
     if plan:
         _print_plan(table, diagnosis, command, seeds, top, plan_out, json_output, tuple(mapping or ()))
     if diagnosis.format == "rlhflab":
@@ -131,7 +132,7 @@ def _print_plan(table, diagnosis, command: Optional[str], seeds: Optional[int], 
     raise typer.Exit(0 if check.ok else 1)
 
 
-def _rated_truth(log: Path, truth: Optional[str], table):
+def _rated_truth(log: Path, truth: Optional[str], table, answers: Optional[str] = None):
     """The rated truth `--truth` names (a study that cannot be read is bad input, exit 2), or
     one found in the run (`studies.truth.found_truth`), or None."""
     from rlhflab.studies.store import DATABASE_FILE
@@ -150,7 +151,7 @@ def _rated_truth(log: Path, truth: Optional[str], table):
     from rlhflab.studies.design import StudyError
 
     with reported(StudyError, prefix="--truth: "):
-        return named_truth(log, truth, table)
+        return named_truth(log, truth, table, answers)
 
 
 def _follow(path: Path, mapping, format_name: Optional[str], stop_on: str, interval: float,
@@ -193,6 +194,7 @@ def compare(
                                          "study (the change of their mean rating, its interval from resampling "
                                          "items and raters) or a comparison study (rlhflab pair: the after side's "
                                          "win rate, Wilson's interval; before preferred makes it worse)."),
+    answers: Optional[str] = AnswersOption,
     rank: bool = typer.Option(False, "--rank", help="Rank the groups after BEFORE as arms, as with several, even "
                               "when there is one (a cure confirmed or not, as rlhflab ablate says it)."),
 ) -> None:
@@ -216,10 +218,10 @@ def compare(
         user_map = parse_map_options(mapping or [])
     tables = [[read_log(Path(r), user_map) for r in group] for group in groups]
     if len(groups) > 2 or rank:
-        _compare_arms(groups, tables, truth, json_output, html_path)
+        _compare_arms(groups, tables, truth, json_output, html_path, answers)
         return
     before, after = tables
-    change = study_truth_change(truth, groups[0], groups[1], before, after) if truth is not None else None
+    change = study_truth_change(truth, groups[0], groups[1], before, after, answers) if truth is not None else None
     result = compare_tables(before, after, truth=change)
     if html_path is not None:
         from rlhflab.doctor import write_compare_report
@@ -244,7 +246,7 @@ def split_at_marks(runs: list[str]) -> list[list[str]]:
 
 
 def _compare_arms(groups: list[list[str]], tables, truth: Optional[Path], json_output: bool,
-                  html_path: Optional[Path]) -> None:
+                  html_path: Optional[Path], answers: Optional[str]) -> None:
     """`rlhflab compare BEFORE -- ARM1 -- ARM2 ...`: each arm against BEFORE, ranked (doctor/arms.py)."""
 
     from rlhflab.doctor import arm_names, diagnose, observed_arm, rank_arms
@@ -254,7 +256,7 @@ def _compare_arms(groups: list[list[str]], tables, truth: Optional[Path], json_o
     arms = [(observed_arm(name, control, runs), runs) for name, runs in zip(names, arm_groups)]
     truths = None
     if truth is not None:
-        truths = {name: study_truth_change(truth, groups[0], runs, control, arm_tables)
+        truths = {name: study_truth_change(truth, groups[0], runs, control, arm_tables, answers)
                   for name, runs, arm_tables in zip(names, groups[1:], arm_groups)}
     ranking = rank_arms(control, arms, truths=truths)
     summary = {"run": ", ".join(groups[0]), "plan": {"seeds": list(range(len(control))), "skipped": [],
@@ -272,11 +274,12 @@ def _compare_arms(groups: list[list[str]], tables, truth: Optional[Path], json_o
     raise typer.Exit(ranking.exit_code)
 
 
-def study_truth_change(directory: Path, before_runs: list[str], after_runs: list[str], before, after):
+def study_truth_change(directory: Path, before_runs: list[str], after_runs: list[str], before, after,
+                       answers: Optional[str] = None):
     """compare --truth: the change the study measures between the runs (`studies.truth.study_truth_change`)."""
     studies_extra()
     from rlhflab.studies.as_truth import study_truth_change
     from rlhflab.studies.design import StudyError
 
     with reported(StudyError, prefix="--truth: "):
-        return study_truth_change(directory, before_runs, after_runs, before, after)
+        return study_truth_change(directory, before_runs, after_runs, before, after, answers)

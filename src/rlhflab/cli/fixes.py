@@ -72,6 +72,7 @@ def _verify_by_preference(run: Path, result, judge_spec: Optional[str], template
     training_stack()
     from rlhflab.doctor import compare_tables, read_and_diagnose
     from rlhflab.studies.pair_results import preference_change
+    from rlhflab.studies.whose import Whose
     from rlhflab.verify import preference_study
 
     study, links, (before, after) = preference_study(Path(run), Path(result.rerun), sample_one)
@@ -82,8 +83,8 @@ def _verify_by_preference(run: Path, result, judge_spec: Optional[str], template
                       f"rlhflab pair {study_dir}; then: rlhflab compare {run} -- {result.rerun} --truth {study_dir}")
         print_links(links)
         return
-    judge_pairs(study, judge_spec, template, Path(run) / "stage1_lm")
-    truth = preference_change(study, [before], [after], kinds=("judge",))
+    judge = judge_pairs(study, judge_spec, template, Path(run) / "stage1_lm")
+    truth = preference_change(study, [before], [after], Whose(f"judge:{judge.name}"))
     comparison = compare_tables([read_and_diagnose(Path(run))[0]], [read_and_diagnose(Path(result.rerun))[0]],
                                 truth=truth)
     print_comparison(comparison)

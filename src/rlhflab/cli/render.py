@@ -4,7 +4,7 @@ study's results, as rich tables and lines (or JSON where asked): what the librar
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -171,16 +171,17 @@ def print_comparison(result) -> None:
     console.print(f"[bold]verdict: {result.verdict}[/bold] ({escape(result.why)})")
 
 
-def print_pair_results(study, json_output: bool, kinds: Optional[tuple[str, ...]] = None) -> None:
+def print_pair_results(study, json_output: bool, whose) -> None:
 
     from rich.table import Table
 
     from rlhflab.studies.pair_results import pair_results
 
-    res = pair_results(study) if kinds is None else pair_results(study, kinds)
+    res = pair_results(study, whose)
     if json_output:
         typer.echo(json.dumps(res.to_json(), indent=2))
         return
+    console.print(escape(res.answers_of))
     fmt = lambda v, spec=".2f": "-" if v is None else format(v, spec)  # noqa: E731
     table = Table(title="each pair: A's win rate over B (one majority vote per item)")
     for column in ("A", "B", "items", "A wins", "B wins", "win rate", "95% interval", "ties", "both bad", "split",
@@ -223,16 +224,17 @@ def print_pair_results(study, json_output: bool, kinds: Optional[tuple[str, ...]
         console.print(f"[dim]note: {escape(note)}[/dim]")
 
 
-def print_study_results(study, json_output: bool) -> None:
+def print_study_results(study, json_output: bool, whose) -> None:
 
     from rich.table import Table
 
     from rlhflab.studies.results import study_results
 
-    res = study_results(study)
+    res = study_results(study, whose)
     if json_output:
         typer.echo(json.dumps(res.to_json(), indent=2))
         return
+    console.print(escape(res.answers_of))
     table = Table(title=f"mean rating on {res.scale[0]}-{res.scale[1]} per system and step bin")
     for column in ("system", "bin", "steps", "items", "n", "mean", "95% interval", "unreadable"):
         table.add_column(column)

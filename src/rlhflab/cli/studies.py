@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from rlhflab.cli.common import HostOption, NoServeOption, PortOption, studies_extra, training_stack
+from rlhflab.cli.common import AnswersOption, HostOption, NoServeOption, PortOption, studies_extra, training_stack
 from rlhflab.cli.errors import fail, writable_parent
 from rlhflab.cli.render import announce_study, print_links, print_pair_results, print_study_results
 from rlhflab.progress import console
@@ -34,6 +34,7 @@ def rate(
     add: bool = typer.Option(False, "--add", help="Add these sources to an existing study."),
     results: bool = typer.Option(False, "--results", help="Print the study's results and exit."),
     json_output: bool = typer.Option(False, "--json", help="With --results: print them as JSON."),
+    answers: Optional[str] = AnswersOption,
     scale: Optional[str] = typer.Option(None, "--scale", help="The rating scale LOW-HIGH (default 1-7), plus "
                                         "'unreadable/broken'."),
     bins: Optional[int] = typer.Option(None, "--bins", help="Step bins per system (default 10)."),
@@ -69,13 +70,15 @@ def rate(
     from rlhflab.studies.build import open_or_build, parse_sources, study_directory
     from rlhflab.studies.design import parse_scale
     from rlhflab.studies.kinds import RATING, open_study
+    from rlhflab.studies.whose import answered_by
 
     def opened():
         directory, listed = _study_or_sources(study, sources)
         parsed = parse_sources(listed)
         directory = study_directory(directory, parsed)
         if results:
-            print_study_results(open_study(directory, RATING), json_output)
+            opened_study = open_study(directory, RATING)
+            print_study_results(opened_study, json_output, answered_by(opened_study, answers))
             return None
         asked = {k: v for k, v in dict(bins=bins, per_bin=per_bin, ratings_per_item=ratings_per_item,
                                        repeat_every=repeat_every, seed=seed).items() if v is not None}
@@ -194,6 +197,7 @@ def pair(
     raters: Optional[int] = typer.Option(None, "--raters", help="Rater links (default: ratings per item)."),
     results: bool = typer.Option(False, "--results", help="Print the study's results and exit."),
     json_output: bool = typer.Option(False, "--json", help="With --results: print them as JSON."),
+    answers: Optional[str] = AnswersOption,
     export: Optional[Path] = typer.Option(None, "--export", help="Write the comparisons as prompt/chosen/rejected "
                                           "records to this file (one per item, by majority), and exit."),
     per_judgement: bool = typer.Option(False, "--per-judgement", help="With --export: one record per decisive "
@@ -214,6 +218,7 @@ def pair(
     from rlhflab.studies.design import StudyError
     from rlhflab.studies.kinds import PAIR, open_study
     from rlhflab.studies.pairs import build_pair_study
+    from rlhflab.studies.whose import JUDGES, answered_by
 
     def opened():
         directory, listed = _study_or_sources(study, sources)
@@ -221,12 +226,14 @@ def pair(
             raise StudyError("give the study's directory with --study DIR")
         if results or export is not None:
             existing = open_study(directory, PAIR)
+            whose = answered_by(existing, answers)
             if export is not None:
                 writable_parent(export)
             if results:
-                print_pair_results(existing, json_output)
+                print_pair_results(existing, json_output, whose)
             else:
-                written = PAIR.exports["preferences-per-judgement" if per_judgement else "preferences"](existing, export)
+                export_as = "preferences-per-judgement" if per_judgement else "preferences"
+                written = PAIR.exports[export_as](existing, export, whose)
                 for line in written:
                     console.print(f"{escape(line)}; train on them with: rlhflab reward --preferences "
                                   f"{escape(str(export))}")
@@ -243,7 +250,7 @@ def pair(
         if judges:
             console.print("as the judge(s) answered (people's answers, where there are any: rlhflab pair STUDY "
                           "--results):")
-            print_pair_results(built, json_output=False, kinds=("judge",))
+            print_pair_results(built, json_output=False, whose=JUDGES)
         return bool(judges)
 
     serves = not (results or export is not None or judges or no_serve)
@@ -327,16 +334,19 @@ def _run_judges(study, judges: list[str], template: Optional[Path], label: Optio
                 judge_study(study, judge, bar.advance)
         except (StudyError, OSError, ValueError) as err:
             fail(f"--judge {spec}: {err}")
-    print_study_results(study, json_output=False)
+    from rlhflab.studies.whose import PEOPLE
+
+    print_study_results(study, json_output=False, whose=PEOPLE)
 
 
 def _interchange(study, export: Optional[str], out: Optional[Path], import_file: Optional[Path]) -> None:
     """`rate --export TOOL --out FILE` and `rate --import FILE`."""
     from rlhflab.studies.interchange import import_ratings
     from rlhflab.studies.kinds import RATING
+    from rlhflab.studies.whose import PEOPLE
 
     if export is not None:
-        for line in RATING.exports[export](study, out):
+        for line in RATING.exports[export](study, out, PEOPLE):  # the items go out, no answers
             console.print(escape(line))
     if import_file is not None:
         imported = import_ratings(study, import_file)

@@ -17,15 +17,19 @@ from rlhflab.studies.design import StudyDesign, toml_value
 if TYPE_CHECKING:
     from rlhflab.doctor import MetricTable, RatedTruth, TruthChange
     from rlhflab.studies.store import Outcome, Rater, Served, Study
+    from rlhflab.studies.whose import Whose
 
 COMMON_FIELDS = ("kind", "ratings_per_item", "repeat_every", "seed", "instructions")
 """The design fields every kind uses; a kind names the others it reads in `design_fields`."""
 
-Export = Callable[["Study", Path], Sequence[str]]
-"""Writes a study's items or answers to a path; returns what it wrote, a line each."""
-TruthOfRuns = Callable[["Study", list[str], list[str], list["MetricTable"], list["MetricTable"]], "TruthChange"]
-"""The change between the systems of runs before and after (`compare --truth`); a kind
-whose answers are rated truth also attaches it to each run's table."""
+Export = Callable[["Study", Path, "Whose"], Sequence[str]]
+"""Writes a study's items, or the answers of the raters it is told count, to a path; returns
+what it wrote, a line each."""
+TruthOfRuns = Callable[["Study", list[str], list[str], list["MetricTable"], list["MetricTable"], "Whose"],
+                       "TruthChange"]
+"""The change between the systems of runs before and after (`compare --truth`), by the answers
+of the raters it is told count; a kind whose answers are rated truth also attaches it to each
+run's table."""
 
 
 @dataclass(frozen=True)
@@ -52,12 +56,12 @@ class StudyKind:
     """An item's texts as the page and `api/next` show them (beside its prompt)."""
     record: Callable[["Study", "Rater", int, str, Any], "Outcome"]
     """Reads an answer as the page or the API sends it and keeps it ("invalid" if not one)."""
-    results: Callable[["Study"], Any]
-    """The study's results by people (an object with `to_json()`)."""
+    results: Callable[["Study", "Whose"], Any]
+    """The study's results by the raters it is told count (an object with `to_json()`)."""
     exports: Mapping[str, Export]
     """Export formats by name."""
     truth_change: TruthOfRuns
-    rated_truth: Callable[["Study", str], "RatedTruth"] | None
+    rated_truth: Callable[["Study", str, "Whose"], "RatedTruth"] | None
     """A system's answers as the doctor's rated truth over its steps (`--truth`); None for a
     kind whose answers are no rating of one run's steps."""
 

@@ -23,8 +23,8 @@ from rlhflab.seeding import derive_seed
 from rlhflab.studies.design import StudyError
 from rlhflab.studies.pair_store import Judgement, judgements, pair_items
 from rlhflab.studies.pairwise import bootstrap_strengths, wilson_interval, win_rate
-from rlhflab.studies.results import HUMAN_KINDS
 from rlhflab.studies.store import Study
+from rlhflab.studies.whose import PEOPLE, Whose
 
 BOOTSTRAP_DRAWS = 1000
 
@@ -107,13 +107,14 @@ class PairResults:
     method: str
     notes: list[str] = field(default_factory=list)
     judges: list[JudgeAgreement] = field(default_factory=list)
+    answers_of: str = PEOPLE.describe()
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
-def judge_agreement(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> list[JudgeAgreement]:
-    by_item, _, _ = _fresh_by_item(study, kinds)
+def judge_agreement(study: Study) -> list[JudgeAgreement]:
+    by_item, _, _ = _fresh_by_item(study, PEOPLE)
     people = {item: majority([j.choice for j in answers]) for item, answers in by_item.items()}
     out = []
     for judge in study.raters("judge"):
@@ -125,8 +126,8 @@ def judge_agreement(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> list[
     return out
 
 
-def _fresh_by_item(study: Study, kinds: tuple[str, ...]) -> tuple[dict[int, list[Judgement]], list[Judgement], dict]:
-    raters = {r.id: r for r in study.raters() if r.kind in kinds}
+def _fresh_by_item(study: Study, whose: Whose) -> tuple[dict[int, list[Judgement]], list[Judgement], dict]:
+    raters = {r.id: r for r in study.raters() if whose.counts(r)}
     answers = [j for j in judgements(study) if j.rater_id in raters]
     by_item: dict[int, list[Judgement]] = defaultdict(list)
     for j in answers:
@@ -135,9 +136,9 @@ def _fresh_by_item(study: Study, kinds: tuple[str, ...]) -> tuple[dict[int, list
     return by_item, answers, raters
 
 
-def pair_results(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> PairResults:
-    """The summary of a pair study (module docstring)."""
-    by_item, answers, raters = _fresh_by_item(study, kinds)
+def pair_results(study: Study, whose: Whose = PEOPLE) -> PairResults:
+    """The summary of a pair study by the raters `whose` counts (module docstring)."""
+    by_item, answers, raters = _fresh_by_item(study, whose)
     systems = [s.name for s in study.systems()]
     items = pair_items(study)
     counts: dict[tuple[str, str], Counter] = defaultdict(Counter)
@@ -180,7 +181,7 @@ def pair_results(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> PairResu
     if not fresh:
         notes.append("no answers yet")
     return PairResults(systems, pairs, strengths, strengths_method, side, agreement, method, notes,
-                       judge_agreement(study, kinds) if "judge" not in kinds else [])
+                       judge_agreement(study) if whose.is_people else [], whose.describe())
 
 
 def _agreement(rater, answers: list[Judgement], by_item: dict[int, list[Judgement]]) -> RaterAgreement:
@@ -204,12 +205,12 @@ class Exported:
 
 
 def export_preferences(study: Study, out: Path, per_judgement: bool = False,
-                       kinds: tuple[str, ...] = HUMAN_KINDS) -> Exported:
+                       whose: Whose = PEOPLE) -> Exported:
     """`prompt`/`chosen`/`rejected` records, the form `rlhflab reward --preferences` reads:
     one per item by its majority (split items, ties and "both bad" dropped and counted, as are
     pairs stage 2 cannot read: an empty or two identical responses), or with `per_judgement`
-    one per decisive answer."""
-    by_item, _, _ = _fresh_by_item(study, kinds)
+    one per decisive answer. Answers of the raters `whose` counts."""
+    by_item, _, _ = _fresh_by_item(study, whose)
     dropped: Counter = Counter()
     records = []
     for item in pair_items(study):
@@ -243,12 +244,12 @@ PREFERENCE = "preference"
 
 
 def preference_change(study: Study, before: list[str], after: list[str],
-                      kinds: tuple[str, ...] = HUMAN_KINDS) -> TruthChange:
+                      whose: Whose = PEOPLE) -> TruthChange:
     """The truth's change from a comparison study: over the items pairing a system of `before`
     with one of `after`, one majority vote each, the after side's win rate (wins / (wins +
     losses)) with Wilson's interval; "change" is its distance from 1/2 (no preference), and it
-    is significant when the interval leaves out 1/2. Raters of `kinds` only (people by default)."""
-    by_item, _, _ = _fresh_by_item(study, kinds)
+    is significant when the interval leaves out 1/2. Answers of the raters `whose` counts."""
+    by_item, _, _ = _fresh_by_item(study, whose)
     wins = losses = ties = judged = 0
     for item in pair_items(study):
         sides = {item["system"]: "a", item["system_b"]: "b"}
@@ -265,10 +266,11 @@ def preference_change(study: Study, before: list[str], after: list[str],
             ties += 1
     if not wins + losses:
         raise StudyError(f"{study.directory}: no comparison of {', '.join(before)} with {', '.join(after)} was decided "
-                         f"yet ({judged} judged): answer more before comparing")
+                         f"yet by {whose.spec} ({judged} judged): answer more before comparing, or count other "
+                         "answers (--answers people, judges, judge:NAME or all)")
     rate = win_rate(wins, losses)
     method = (f"after preferred in {rate.rate:.0%} [{rate.low:.0%}, {rate.high:.0%}] of {wins + losses} decided "
               f"comparisons; {ties} tied, split or both bad of {judged} judged in {study.directory}; one majority "
-              "vote per item, Wilson 95%")
+              f"vote per item, Wilson 95%; {whose.describe()}")
     return TruthChange(PREFERENCE, f"after's win rate over before in {study.directory}", None, 0.5, rate.rate,
                        rate.rate - 0.5, rate.low - 0.5, rate.high - 0.5, not rate.no_preference, method)

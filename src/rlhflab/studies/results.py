@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from rlhflab.seeding import derive_seed
 from rlhflab.studies.stats import crossed_bootstrap, krippendorff_alpha, spearman_interval
 from rlhflab.studies.store import RatingRow, Study
+from rlhflab.studies.whose import PEOPLE, Whose
 
 BOOTSTRAP_DRAWS = 2000
 
@@ -66,6 +67,7 @@ class StudyResults:
     method: str
     notes: list[str] = field(default_factory=list)
     judges: list[JudgeResult] = field(default_factory=list)
+    answers_of: str = PEOPLE.describe()
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -75,13 +77,9 @@ def _or_none(x: float) -> float | None:
     return None if x != x else x  # NaN -> None, for JSON
 
 
-HUMAN_KINDS = ("person", "bot", "tool")
-"""The raters whose ratings are a study's truth; judges are compared with them, never pooled."""
-
-
-def study_results(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> StudyResults:
-    """The summary of `study`'s ratings by raters of `kinds` (module docstring)."""
-    everyone = [r for r in study.raters() if r.kind in kinds]
+def study_results(study: Study, whose: Whose = PEOPLE) -> StudyResults:
+    """The summary of `study`'s ratings by the raters `whose` counts (module docstring)."""
+    everyone = [r for r in study.raters() if whose.counts(r)]
     ids = {r.id for r in everyone}
     rows = [r for r in study.ratings() if r.rater_id in ids]
     fresh = [r for r in rows if not r.repeat]
@@ -114,14 +112,15 @@ def study_results(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> StudyRe
                                design.scale) if paired else float("nan")
     notes = [] if paired else ["no item has ratings from two raters yet: agreement cannot be measured"]
     return StudyResults((design.scale_min, design.scale_max), results, _or_none(alpha), len(paired),
-                        [_rater_result(r, rows) for r in everyone], method, notes, judge_agreement(study, kinds))
+                        [_rater_result(r, rows) for r in everyone], method, notes,
+                        judge_agreement(study) if whose.is_people else [], whose.describe())
 
 
-def judge_agreement(study: Study, kinds: tuple[str, ...] = HUMAN_KINDS) -> list[JudgeResult]:
+def judge_agreement(study: Study) -> list[JudgeResult]:
     """Each judge's Spearman's rho with the people's mean rating per item, its interval from
     resampling the items (bootstrap, 2000 draws)."""
     raters = study.raters()
-    people = {r.id for r in raters if r.kind in kinds}
+    people = {r.id for r in raters if PEOPLE.counts(r)}
     rows = study.ratings()
     by_item: dict[int, list[float]] = defaultdict(list)
     for r in rows:

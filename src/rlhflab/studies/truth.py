@@ -18,9 +18,10 @@ import numpy as np
 
 from rlhflab.doctor import CONFIDENCE, MetricTable, RatedExample, RatedPoint, RatedTruth, TruthChange, attach_truth
 from rlhflab.studies.design import StudyError
-from rlhflab.studies.results import HUMAN_KINDS, study_results
+from rlhflab.studies.results import study_results
 from rlhflab.studies.stats import crossed_bootstrap_draws, percentile_interval
 from rlhflab.studies.store import Study
+from rlhflab.studies.whose import PEOPLE, Whose
 
 EXAMPLES_PER_END = 2  # rated items shown at a bin's best and worst end
 
@@ -101,12 +102,12 @@ def check_rates_run(study: Study, system: str, table: MetricTable) -> None:
                          "quarter, where a fall would show (rate its later samples with rlhflab rate ... --add)")
 
 
-def rated_truth(study: Study, system: str) -> RatedTruth:
-    """`system`'s ratings as the doctor's rated truth (module docstring)."""
-    results = study_results(study)
+def rated_truth(study: Study, system: str, whose: Whose = PEOPLE) -> RatedTruth:
+    """`system`'s ratings by the raters `whose` counts as the doctor's rated truth (module docstring)."""
+    results = study_results(study, whose)
     items = {i["id"]: i for i in study.items() if i["system"] == system}
     ratings: dict[int, list[float]] = defaultdict(list)
-    human = {r.id for r in study.raters() if r.kind in HUMAN_KINDS}
+    human = {r.id for r in study.raters() if whose.counts(r)}
     for row in study.ratings():
         if row.item_id in items and not row.repeat and row.rating is not None and row.rater_id in human:
             ratings[row.item_id].append(row.rating)
@@ -134,11 +135,11 @@ def _end_bins(study: Study, system: str) -> set[int]:
 
 
 def truth_change(study: Study, before: Sequence[str], after: Sequence[str], seed: int = 0,
-                 draws: int = 2000) -> TruthChange:
+                 draws: int = 2000, whose: Whose = PEOPLE) -> TruthChange:
     """The change of the mean rating over the last quarter of each side's bins, after minus
     before, its interval from resampling the study's items (within each side) and raters
     (shared): the same people rate both sides, so their leniency cancels in the change."""
-    human = {r.id for r in study.raters() if r.kind in HUMAN_KINDS}
+    human = {r.id for r in study.raters() if whose.counts(r)}
     ends = {name: _end_bins(study, name) for name in (*before, *after)}
     item, rater, value, group = [], [], [], []
     for row in study.ratings():
@@ -156,17 +157,17 @@ def truth_change(study: Study, before: Sequence[str], after: Sequence[str], seed
     method = (f"{CONFIDENCE:.0%} bootstrap of {study.directory}'s ratings over the last quarter of each side's step "
               f"bins, items (within each side) and raters (shared) resampled together, {draws} draws; "
               f"{int((g == 0).sum())} ratings before ({', '.join(before)}), {int((g == 1).sum())} after "
-              f"({', '.join(after)})")
+              f"({', '.join(after)}); {whose.describe()}")
     return TruthChange("reward/gold_mean", f"mean rating of {study.directory}", None, b_end, a_end, a_end - b_end,
                        low, high, bool(low > 0 or high < 0), method)
 
 
 def rated_truth_change(study: Study, before: list[str], after: list[str], before_tables: list[MetricTable],
-                       after_tables: list[MetricTable]) -> TruthChange:
+                       after_tables: list[MetricTable], whose: Whose = PEOPLE) -> TruthChange:
     """`compare --truth` on a rating study: each run's rated truth attached to its table (the
     gold rules read it) and the change of the mean rating measured (`truth_change`)."""
     for tables, systems in ((before_tables, before), (after_tables, after)):
         for table, system in zip(tables, systems):
             check_rates_run(study, system, table)
-            attach_truth(table, rated_truth(study, system))
-    return truth_change(study, before, after)
+            attach_truth(table, rated_truth(study, system, whose))
+    return truth_change(study, before, after, whose=whose)

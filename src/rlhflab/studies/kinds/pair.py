@@ -13,10 +13,10 @@ PAIR_QUESTION = "Which response is the better answer to the prompt?"
 
 
 def _exporter(per_judgement: bool):
-    def export(study, out) -> list[str]:
-        exported = export_preferences(study, out, per_judgement)
+    def export(study, out, whose) -> list[str]:
+        exported = export_preferences(study, out, per_judgement, whose)
         dropped = ", ".join(f"{n} {why}" for why, n in sorted(exported.dropped.items())) or "none"
-        return [f"wrote {exported.written} preference records to {out} (dropped: {dropped})"]
+        return [f"wrote {exported.written} preference records to {out} (dropped: {dropped}; {whose.describe()})"]
 
     return export
 
@@ -41,6 +41,7 @@ PAIR = StudyKind(
     record=record_choice,
     results=pair_results,
     exports={"preferences": _exporter(per_judgement=False), "preferences-per-judgement": _exporter(per_judgement=True)},
-    truth_change=lambda study, before, after, before_tables, after_tables: preference_change(study, before, after),
+    truth_change=lambda study, before, after, before_tables, after_tables, whose: preference_change(
+        study, before, after, whose),
     rated_truth=None,
 )

@@ -22,7 +22,7 @@ def _shown(served: Served) -> dict:
 
 
 def _exporter(tool):
-    return lambda study, out: [f"wrote {path}" for path in export_items(study, tool, out)]
+    return lambda study, out, whose: [f"wrote {path}" for path in export_items(study, tool, out)]  # items, no answers
 
 
 RATING = StudyKind(
