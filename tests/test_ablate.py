@@ -93,13 +93,17 @@ def test_a_finding_on_one_control_seed_of_three_is_noise_for_the_ranking(tmp_pat
 def test_a_cure_on_every_seed_is_confirmed_and_ranked_before_a_partial_one(tmp_path):
     control = [log(tmp_path, f"c{s}", s, runaway_from=20) for s in range(3)]
     cure = [log(tmp_path, f"a{s}", 10 + s) for s in range(3)]
-    partial = [log(tmp_path, f"p{s}", 20 + s, runaway_from=20 if s == 0 else None) for s in range(3)]
+    # the partial arm: the runaway left on one seed of three, its truth a little up (partly fixed needs it not down)
+    partial = [log(tmp_path, f"p{s}", 20 + s, runaway_from=20 if s == 0 else None, gold_end=0.52) for s in range(3)]
     ranking = rank_arms(control, [(Arm("partial", "setting", ("ppo.lr=1",), "ppo_hyperparameters"), partial),
                                   (Arm("cure", "setting", ("ppo.kl_coef=0.4",), "kl_control"), cure)])
     assert [o.arm.name for o in ranking.outcomes] == ["cure", "partial"]
     assert ranking.outcomes[0].confirmed and ranking.outcomes[0].p_value == pytest.approx(0.05)
     assert ranking.outcomes[1].comparison.verdict == "partly fixed" and not ranking.outcomes[1].confirmed
     assert ranking.verdict == "confirmed" and "kl_control" in ranking.why
+    lower = [log(tmp_path, f"q{s}", 20 + s, runaway_from=20 if s == 0 else None, gold_end=0.495) for s in range(3)]
+    fell = rank_arms(control, [(Arm("lower", "setting", ("ppo.lr=1",), "ppo_hyperparameters"), lower)])
+    assert fell.outcomes[0].comparison.verdict == "not fixed" and "fell" in fell.outcomes[0].comparison.why
 
 
 def test_no_setting_cures_it_names_the_component_arm_that_does(tmp_path):
@@ -239,8 +243,12 @@ def test_ablate_end_to_end_killed_mid_arm_and_resumed(tmp_path):
     assert os.stat(arm_dir / "stage1_lm" / weights).st_ino == os.stat(run / "stage1_lm" / weights).st_ino
     assert os.stat(arm_dir / "stage2_rm" / weights).st_ino == os.stat(run / "stage2_rm" / weights).st_ino
     assert config_from_run(arm_dir).ppo_seed == 1 and config_from_run(arm_dir).seed == 0
+    took = result["time"]  # how long it took: this invocation, and each arm's seed runs (the killed one's last stretch)
+    assert took["wall_s"] > 0 and set(took["seed_runs_s"]) == {"control", *(a["name"] for a in result["plan"]["arms"])}
+    assert all(seconds > 0 for name, seconds in took["seed_runs_s"].items())  # control: its second seed ran here
     page = (run / "ablate" / "report.html").read_text()
     assert "Verdict:" in page and page.index("Verdict:") < page.index("<img") < page.index("Arms, best first")
+    assert "s of wall time" in page
     assert "Ablation (2 seeds a side)" in (run / "report.html").read_text()
     # each arm's truth as a judge's preference over the control (the world's simulated labeler)
     with pytest.raises(SystemExit) as judged:

@@ -164,3 +164,24 @@ def test_an_arm_is_named_by_the_part_of_its_path_the_groups_do_not_share(tmp_pat
     for log in logs:
         log.write_text("")
     assert arm_names([logs[0], logs[1], logs[1]]) == ["after", "after-2"]
+
+
+def test_partly_fixed_needs_half_the_findings_improved_and_the_truth_not_down():
+    """An arm with 9 of the control's 10 findings still there and its truth down by 1.04 (inside
+    its interval) is not fixed, as is one that improved half with the truth down; half improved
+    with the truth level or up is partly fixed (doctor/compare.py `verdict`)."""
+    from rlhflab.doctor.compare import Comparison, FindingChange, TruthChange, verdict
+
+    def judged(statuses: list[str], change: float) -> tuple[str, str]:
+        result = Comparison()
+        result.findings = [FindingChange(f"rule{k}", s, "m", 0.0, 0.0, "") for k, s in enumerate(statuses)]
+        result.truth = TruthChange("reward/gold_mean", "gold", None, 1.0, 1.0 + change, change, change - 2,
+                                   change + 2, False, "test")
+        return verdict(result, [], [])
+
+    assert judged(["gone"] + ["still there"] * 9, -1.04)[0] == "not fixed"
+    said = judged(["gone"] * 5 + ["still there"] * 5, -1.04)
+    assert said[0] == "not fixed" and "fell (-1.04, inside its interval)" in said[1]
+    assert "fewer than half" in judged(["weaker"] * 4 + ["still there"] * 6, 0.3)[1]
+    assert judged(["gone"] * 3 + ["weaker"] * 2 + ["still there"] * 5, 0.0)[0] == "partly fixed"
+    assert judged(["gone"] * 3 + ["weaker"] * 2 + ["still there"] * 5, 0.5)[0] == "partly fixed"

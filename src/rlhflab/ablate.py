@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
@@ -194,10 +195,12 @@ def run_seed(task: SeedTask) -> dict:
     sibling = _sibling_with_stages(out.root, first)
     if sibling is not None:  # the arm's stages before PPO do not depend on ppo.seed: one seed ran them
         source, first = RunDir(sibling), STAGE_NAMES[-1]
+    start = time.perf_counter()
     results = rerun(config, source, out, first, components_for(config), show_progress=False, resume=resume,
                     stop_when=task.stop)
     stopped = results.get("eval", {}).get("stopped")
-    record = {"seed": task.seed, "changes": list(task.changes), "stopped": stopped}
+    record = {"seed": task.seed, "changes": list(task.changes), "stopped": stopped,
+              "seconds": round(time.perf_counter() - start, 1)}
     write_json(out.root / DONE_FILE, record)
     return record
 
@@ -288,6 +291,7 @@ class AblationResult:
     ranking: Ranking
     control: list[MetricTable]
     arms: dict[str, list[MetricTable]]
+    wall_s: float = 0.0  # this invocation of `ablate`, from its start to its ranking
 
 
 def latest_onsets(diagnoses: list[Diagnosis]) -> StillThere:
@@ -302,6 +306,7 @@ def latest_onsets(diagnoses: list[Diagnosis]) -> StillThere:
 def ablate(run_dir: Path, top: int = 3, seeds: int | None = None, fixes: list[str] = (), jobs: int = 1,
            resume: bool = False, show_progress: bool = True, judge: str | None = None,
            template: str | None = None) -> AblationResult:
+    started = time.perf_counter()
     source = RunDir(Path(run_dir))
     root = source.ablate
     plan_path = root / PLAN_FILE
@@ -344,7 +349,7 @@ def ablate(run_dir: Path, top: int = 3, seeds: int | None = None, fixes: list[st
         write_diagnosis(diagnosis, RunDir(root / CONTROL / f"seed{s}").diagnosis)
     truths = preference_truths(source, root, plan, judge, template) if judge is not None else None
     ranking = rank_arms(control_tables, [(arm, arm_tables[arm.name]) for arm in plan.arms], truths=truths)
-    result = AblationResult(root, plan, ranking, control_tables, arm_tables)
+    result = AblationResult(root, plan, ranking, control_tables, arm_tables, time.perf_counter() - started)
     summary = ablation_json(result, source)
     write_json(root / "ablate.json", summary)
     run_table, run_diagnosis = read_and_diagnose(source.root)
@@ -394,8 +399,19 @@ def ablation_json(result: AblationResult, source: RunDir) -> dict:
     control_spread = _end_spread(result.control)
     ranking = result.ranking.to_json()
     return {"run": str(source.root), "plan": result.plan.to_json(), **ranking,
-            "control_truth_spread": control_spread,
+            "control_truth_spread": control_spread, "time": ablation_time(result),
             "next": next_step(result, source)}
+
+
+def ablation_time(result: AblationResult) -> dict:
+    """How long the ablation took: this invocation's wall time, and each arm's seeds' own run
+    time summed (a seed resumed counts its last stretch; the run itself, reused as the
+    control's first seed, counts none)."""
+    arms = {CONTROL: None, **{arm.name: None for arm in result.plan.arms}}
+    for name in arms:
+        seconds = [(seed_done(result.root / name / f"seed{s}") or {}).get("seconds") for s in result.plan.seeds]
+        arms[name] = round(sum(s for s in seconds if s is not None), 1)
+    return {"wall_s": round(result.wall_s, 1), "seed_runs_s": arms}
 
 
 def _end_spread(tables: list[MetricTable]) -> float | None:

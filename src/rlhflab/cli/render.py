@@ -142,6 +142,10 @@ def print_ablation(summary: dict, what: str = "ablation of") -> None:
         table.add_row(escape(label), a["verdict"] + (" (confirmed)" if a["confirmed"] else ""), findings, change)
     console.print(table)
     console.print(f"[bold]verdict: {summary['verdict']}[/bold]: {summary['why']}")
+    if summary.get("time"):
+        took = summary["time"]
+        console.print(f"time: {took['wall_s']:.0f} s; the arms' seed runs: " + ", ".join(
+            f"{name} {seconds:.0f} s" for name, seconds in took["seed_runs_s"].items()))
     console.print(f"next: {summary['next']}")
 
 

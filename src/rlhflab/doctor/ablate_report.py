@@ -118,7 +118,15 @@ def write_ablation_report(path: Path, run_table: MetricTable, run_diagnosis: Dia
             f"<div class='grid'>{figures}</div>"
             f"<h2>Arms, best first</h2>{_arms_table(ranking)}"
             f"<p class='muted'>The control shows {html.escape(counts or 'no finding')}. {html.escape(plan['seeds_why'])}."
-            f"</p>" + (f"<p>Candidate fixes not run:</p><ul>{skipped}</ul>" if skipped else "")
+            f"</p>{_time_line(summary.get('time'))}" + (f"<p>Candidate fixes not run:</p><ul>{skipped}</ul>" if skipped else "")
             + f"<h2>The run's findings</h2><ul>{findings or '<li>none</li>'}</ul></body></html>")
     Path(path).write_text(page, encoding="utf-8")
     return Path(path)
+
+
+def _time_line(took: dict | None) -> str:
+    if not took:
+        return ""
+    arms = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in took["seed_runs_s"].items())
+    return (f"<p class='muted'>Time: {took['wall_s']:.0f} s of wall time; each arm's seed runs, summed: "
+            f"{html.escape(arms)}.</p>")

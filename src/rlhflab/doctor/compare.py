@@ -251,8 +251,17 @@ def verdict(result: Comparison, before: list[Diagnosis], after: list[Diagnosis])
             return "fixed", "every finding of the run(s) before is gone"
         if any(s in ("gone", "weaker") for s in statuses):
             gone = sum(s == "gone" for s in statuses)
-            return "partly fixed", f"{gone} of {len(statuses)} finding(s) gone, " + ", ".join(
-                f"{f.rule} {f.status}" for f in result.findings if f.status != "gone")
+            improved = sum(s in ("gone", "weaker") for s in statuses)
+            rest = ", ".join(f"{f.rule} {f.status}" for f in result.findings if f.status != "gone")
+            fell = truth is not None and truth.change < 0
+            if 2 * improved >= len(statuses) and not fell:
+                return "partly fixed", f"{gone} of {len(statuses)} finding(s) gone, " + rest
+            why = [f"{improved} of {len(statuses)} finding(s) gone or weaker"]
+            if 2 * improved < len(statuses):
+                why.append("fewer than half")
+            if fell:
+                why.append(f"the {truth.which} fell ({truth.change:+.3g}, inside its interval)")
+            return "not fixed", "; ".join(why) + ": " + rest
         if "cannot tell" in statuses:
             return "cannot tell", "the run(s) after stopped before the findings' steps: " + ", ".join(
                 f.rule for f in result.findings if f.status == "cannot tell")
