@@ -12,6 +12,7 @@ import pytest
 from rlhflab.cli import main
 from rlhflab.doctor import arm_names
 from rlhflab.doctor.compare import block_means, compare_tables, truth_change
+from rlhflab.doctor.diagnose import diagnose
 from rlhflab.doctor.formats import read_log
 from rlhflab.doctor.table import MetricTable
 
@@ -185,3 +186,23 @@ def test_partly_fixed_needs_half_the_findings_improved_and_the_truth_not_down():
     assert "fewer than half" in judged(["weaker"] * 4 + ["still there"] * 6, 0.3)[1]
     assert judged(["gone"] * 3 + ["weaker"] * 2 + ["still there"] * 5, 0.0)[0] == "partly fixed"
     assert judged(["gone"] * 3 + ["weaker"] * 2 + ["still there"] * 5, 0.5)[0] == "partly fixed"
+
+
+def test_a_findings_evidence_is_read_over_the_window_the_rule_measured_on_both_sides(tmp_path):
+    """Before and after are the evidence metric's mean from the finding's onset on (the steps
+    the rule measured), on the same steps for both sides, not a last quarter it may not cover."""
+    import statistics
+
+    before = [read_log(run_log(tmp_path, f"b{s}", s, runaway=True)) for s in range(2)]
+    after = [read_log(run_log(tmp_path, f"a{s}", 10 + s)) for s in range(2)]
+    result = compare_tables(before, after)
+    (change,) = [f for f in result.findings if f.rule == "kl_explosion"]
+    onset = min(f.onset_step for t in before for f in diagnose(t).findings if f.rule == "kl_explosion")
+    assert f"from step {onset}, the finding's onset" in change.detail
+
+    def mean_from(tables):
+        return statistics.fmean(statistics.fmean(v for s, v in zip(t.get(change.metric).steps, t.get(change.metric).values)
+                                                 if s >= onset) for t in tables)
+
+    assert math.isclose(change.before, mean_from(before)) and math.isclose(change.after, mean_from(after))
+    assert change.before > change.after

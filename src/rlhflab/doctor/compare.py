@@ -146,8 +146,16 @@ def _serious(diagnosis: Diagnosis) -> dict[str, str]:
     return {f.rule: f.severity for f in diagnosis.findings if f.severity in SERIOUS}
 
 
-def _end_mean(tables: list[MetricTable], metric: str) -> float:
-    levels = [statistics.fmean(end_values(list(s.values))) for t in tables if (s := t.get(metric, any_unit=True))]
+def _window_mean(tables: list[MetricTable], metric: str, start: int) -> float:
+    """The mean of `metric` from step `start` on, per table, averaged over the tables: the
+    window a finding was measured over (from its onset), on either side."""
+    levels = []
+    for table in tables:
+        series = table.get(metric, any_unit=True)
+        values = [v for step, v in zip(series.steps, series.values) if step >= start] if series else []
+        finite = [v for v in values if math.isfinite(v)]
+        if finite:
+            levels.append(statistics.fmean(finite))
     return statistics.fmean(levels) if levels else math.nan
 
 
@@ -191,8 +199,9 @@ def finding_changes(before: list[Diagnosis], after: list[Diagnosis], before_tabl
     for rule, severity in sorted(b_rules.items()):
         on = [s[rule] for s in after_serious if rule in s]
         metric = evidence[rule]
-        b, a = _end_mean(before_tables, metric), _end_mean(after_tables, metric)
         b_onsets, a_onsets = _onsets(before, rule), _onsets(after, rule)
+        start = min(b_onsets)  # the rule measured its metric from its onset: both sides are read there
+        b, a = _window_mean(before_tables, metric, start), _window_mean(after_tables, metric, start)
         if not on and all(complete):
             status, detail = "gone", f"on none of the {len(after)} run(s) after"
         elif not on:
@@ -205,8 +214,8 @@ def finding_changes(before: list[Diagnosis], after: list[Diagnosis], before_tabl
                                          f"step {min(b_onsets)}, the last at {max(b_onsets)})")
         else:
             status, detail = "still there", f"on all {len(after)} run(s) after"
-        changes.append(FindingChange(rule, status, metric, b, a, detail + f"; {metric} {b:.4g} -> {a:.4g} (last "
-                                     "quarter)"))
+        changes.append(FindingChange(rule, status, metric, b, a, detail + f"; {metric} {b:.4g} -> {a:.4g} (mean "
+                                     f"from step {start}, the finding's onset)"))
     before_any = {rule for d in before for rule in _serious(d)}
     counts = {rule: sum(rule in s for s in after_serious) for rule in {r for s in after_serious for r in s} - before_any}
     # A new finding counts when most runs after show it: one seed in several is the rule's own noise.

@@ -277,7 +277,7 @@ def _verify_section(run: RunDir) -> str:
     )
     return (f"<h2>Verification</h2><p>Rerun with <code>{html.escape(' '.join(data['fix']))}</code> into "
             f"<code>{html.escape(data['rerun'])}</code>; dashed lines in the plots are the rerun.</p>"
-            f"<table><tr><th>finding</th><th>after the fix</th><th>metric (last quarter)</th><th>before</th>"
+            f"<table><tr><th>finding</th><th>after the fix</th><th>metric (mean from the finding's onset)</th><th>before</th>"
             f"<th>after</th></tr>{rows}</table><p>Verdict: {html.escape(data.get('verdict', '-'))} "
             f"({html.escape(data.get('why', ''))})</p>")
 

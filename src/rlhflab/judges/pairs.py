@@ -184,7 +184,7 @@ def make_pair_judge(spec: str, study: Study, template: str | None = None,
         from rlhflab.studies.bots import world_comparers
 
         responses = [(i["prompt"], r) for i in study.items() for r in (i["response"], i["response_b"])]
-        return FunctionPairJudge(f"world:{path.resolve()}", world_comparers(path, responses, 1)[0])
+        return FunctionPairJudge(f"world:{path.resolve()}", world_comparers(path, responses, 1, per_item=True)[0])
     if kind == "lm":
         return LanguageModelPairJudge(path, template)
     return RewardModelPairJudge(path, tokenizer)

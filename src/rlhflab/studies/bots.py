@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from rlhflab.seeding import derive_seed
+from rlhflab.seeding import derive_seed, py_rng
 from rlhflab.studies.design import UNREADABLE
 
 Policy = Callable[[str, str], "int | None"]  # (prompt, response) -> a point of the scale, or None: unreadable
@@ -150,13 +150,18 @@ class WorldComparer:
     noise: float
     seed: int
     tie_margin: float = 0.0
+    per_item: bool = False
+    """The noise drawn from a stream named by the item (its prompt and responses) rather than one
+    stream in the order items come: a judge that answers each item once then answers a study the
+    same way whatever order it is served in (a person's repeats stay noisy without it)."""
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
 
     def __call__(self, prompt: str, left: str, right: str) -> str:
-        difference = (self.utility(prompt, left) + self._rng.gauss(0.0, self.noise)) - \
-            (self.utility(prompt, right) + self._rng.gauss(0.0, self.noise))
+        rng = py_rng(self.seed, "item", prompt, left, right) if self.per_item else self._rng
+        difference = (self.utility(prompt, left) + rng.gauss(0.0, self.noise)) - \
+            (self.utility(prompt, right) + rng.gauss(0.0, self.noise))
         if abs(difference) <= self.tie_margin:
             return "tie"
         return "left" if difference > 0 else "right"
@@ -183,7 +188,7 @@ def world_raters(run: Path, reference: Sequence[tuple[str, str]], scale: tuple[i
 
 
 def world_comparers(run: Path, reference: Sequence[tuple[str, str]], count: int, noise: float = WORLD_NOISE,
-                    seed: int = 0) -> list[WorldComparer]:
+                    seed: int = 0, per_item: bool = False) -> list[WorldComparer]:
     """`count` independent simulated labelers of pairs for a run of the embedded world; the
     noise's unit is the spread of the gold utility over `reference` (stage-1 samples)."""
     utility = world_utility(run)
@@ -191,7 +196,8 @@ def world_comparers(run: Path, reference: Sequence[tuple[str, str]], count: int,
     if len(utilities) < 2:
         raise ValueError("the simulated labeler needs at least two stage-1 samples to set its noise")
     spread = statistics.pstdev(utilities)
-    return [WorldComparer(utility, noise * spread, derive_seed(seed, "world-comparer", str(k))) for k in range(count)]
+    return [WorldComparer(utility, noise * spread, derive_seed(seed, "world-comparer", str(k)), per_item=per_item)
+            for k in range(count)]
 
 
 def world_utility(run: Path) -> Callable[[str, str], float]:
