@@ -679,7 +679,9 @@ def test_more_pairs_is_at_least_the_smallest_published_reward_model_set():
     for pairs, expected in ((120, RM_PAIRS_FLOOR), (24000, 48000)):
         finding = next(f for f in diagnose(table_of(healthy_records(32), rm=weak, **DEMO | {"reward_pairs": pairs}))
                        .findings if f.rule == "rm_weak")
-        assert finding.fix.changes == (Change("reward_pairs", "set", expected), Change("reward_epochs", "set", 2))
+        # the demo's reward model already trains 2 epochs: that half of the fix is in place, not proposed
+        assert finding.fix.changes == (Change("reward_pairs", "set", expected),)
+        assert finding.causes[0].in_place == ("reward_epochs=2",)
 
 
 # --- log identities: each with a firing trace, and healthy traces that keep their accounts -----
@@ -1055,3 +1057,21 @@ def test_an_entropy_printed_too_coarsely_to_move_is_not_frozen():
             if key != "step" and isinstance(value, float):
                 r[key] = round(value, 1)
     assert "entropy_frozen" not in fired(table_of(records))
+
+
+def test_the_doctor_never_proposes_a_setting_the_run_already_has():
+    """A fix the run's settings already hold is taken out and named (`in_place`); a fix wholly in
+    place leaves its cause without one, so the finding's proposed fix is the next cause's, and
+    an ablation says why it is no arm."""
+    from rlhflab.doctor import causes
+    from rlhflab.doctor.findings import Finding
+
+    makers = (causes.reward_scaling, causes.unended_responses, causes.step_size)
+    has_both = table_of(healthy_records(0), **{**DEMO, "normalize_reward": True, "missing_eos_penalty": 1.0})
+    ranked = causes.rank_causes(makers, (), has_both)
+    assert [c.fix for c in ranked[:2]] == [None, None]
+    assert ranked[0].in_place == ("normalize_reward=True",) and ranked[1].in_place == ("missing_eos_penalty=1.0",)
+    finding = Finding("some_rule", "reward_hacking", "high", "t", 0, (), tuple(ranked))
+    assert finding.fix == ranked[2].fix and ranked[2].fix is not None
+    lacks = table_of(healthy_records(0), **{**DEMO, "normalize_reward": False})
+    assert causes.rank_causes(makers, (), lacks)[0].fix.changes[0].setting == "normalize_reward"

@@ -82,6 +82,8 @@ def print_diagnosis(diagnosis) -> None:
             for rank, c in enumerate(f.causes, start=1):
                 fix = (" -> fix " + ", ".join(render_change(diagnosis.vocabulary, ch) for ch in c.fix.changes)
                        if c.fix else "")
+                if c.in_place:
+                    fix += f" (already in place: {', '.join(c.in_place)})"
                 console.print(f"  {rank}. {c.component}: {c.explanation}{escape(fix)}")
             console.print(f"  verify: {escape(verify_command(diagnosis, f))}")
     if diagnosis.skipped:

@@ -197,8 +197,9 @@ def candidate_fixes(diagnosis: Diagnosis, vocabulary: dict[str, str], top: int, 
                 continue
             cause = finding.causes[rank]
             if cause.fix is None:
-                skipped.append(f"{cause.component} ({finding.rule}, cause {rank + 1}): no setting to change; "
-                               "the fix is in code")
+                why = (f"already in place ({', '.join(cause.in_place)})" if cause.in_place
+                       else "no setting to change; the fix is in code")
+                skipped.append(f"{cause.component} ({finding.rule}, cause {rank + 1}): {why}")
                 continue
             runnable = [c for c in cause.fix.changes
                         if c.direction == "set" and (not keyed or c.setting in vocabulary)]

@@ -22,7 +22,7 @@ trainer's vocabulary (`formats/`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from rlhflab.doctor.findings import Cause, Change, Component, Fix
@@ -366,4 +366,20 @@ def rank_causes(makers: Iterable[CauseMaker], clues: Iterable[Clue], table: Metr
     # Weakest first, so the most specific failed probe's component ends up first.
     for probe, component in sorted(checkup.failed.items(), key=lambda item: checkup.weight(item[0])):
         causes = _promote(causes, Cause(component, checkup.explanation(probe), None))
-    return causes
+    return [_fitted(cause, table.settings) for cause in causes]
+
+
+def _fitted(cause: Cause, settings) -> Cause:
+    """`cause` with the changes of its fix that the run already has (its settings, read from
+    its config or its trainer's) taken out and named: the doctor never proposes what is in
+    place, and a fix wholly in place leaves no fix (the next cause's is proposed)."""
+    if cause.fix is None:
+        return cause
+    held = tuple(c for c in cause.fix.changes
+                 if c.direction == "set" and getattr(settings, c.setting, None) is not None
+                 and getattr(settings, c.setting) == c.value)
+    if not held:
+        return cause
+    kept = tuple(c for c in cause.fix.changes if c not in held)
+    named = tuple(f"{c.setting}={getattr(settings, c.setting)}" for c in held)
+    return replace(cause, fix=Fix(kept, cause.fix.text) if kept else None, in_place=named)

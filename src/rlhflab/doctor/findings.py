@@ -49,6 +49,8 @@ class Cause:
     component: Component
     explanation: str
     fix: Fix | None
+    in_place: tuple[str, ...] = ()
+    """Changes of its fix the run already has ("normalize_reward=True"): not proposed again."""
 
 
 @dataclass(frozen=True)

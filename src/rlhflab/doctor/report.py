@@ -206,6 +206,8 @@ def _ablation_line(run: RunDir) -> str:
 
 
 def _fix_text(diagnosis: Diagnosis, cause) -> str:
+    if cause.fix is None and cause.in_place:
+        return f" <i>already in place: {html.escape(', '.join(cause.in_place))}</i>"
     if cause.fix is None:
         return ""
     changes = ", ".join(render_change(diagnosis.vocabulary, c) for c in cause.fix.changes)
