@@ -205,8 +205,12 @@ def candidate_fixes(diagnosis: Diagnosis, vocabulary: dict[str, str], top: int, 
                         if c.direction == "set" and (not keyed or c.setting in vocabulary)]
             if len(runnable) < len(cause.fix.changes):
                 bad = next(c for c in cause.fix.changes if c not in runnable)
-                skipped.append(f"{cause.component} ({finding.rule}): {render_change(vocabulary, bad)} has no key and "
-                               "value to run")
+                if bad.setting in vocabulary:
+                    skipped.append(f"{cause.component} ({finding.rule}): {render_change(vocabulary, bad)} has no "
+                                   "value to run")
+                else:  # not this trainer's setting: advice in words, never a key of another trainer's
+                    skipped.append(f"{cause.component} ({finding.rule}): advice, no key of this trainer's sets it: "
+                                   f"{cause.fix.text}")
                 continue
             rendered = tuple(render_change(vocabulary, c) for c in cause.fix.changes)
             if tuple(sorted(rendered)) in seen:

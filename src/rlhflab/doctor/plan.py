@@ -43,6 +43,30 @@ def _is_flag(token: str, key: str) -> bool:
     return token == f"--{key}" or token.startswith(f"--{key}=")
 
 
+def given_value(tokens: list[str], launcher: Launcher, key: str) -> str | None:
+    """The value `tokens` give `key` (a flag `--key value` or `--key=value`, an override
+    `key=value`), or None."""
+    for i, token in enumerate(tokens):
+        if launcher.syntax == "overrides":
+            name, sep, value = token.lstrip("+~").partition("=")
+            if sep and name == key:
+                return value
+        elif token.startswith(f"--{key}="):
+            return token.split("=", 1)[1]
+        elif token == f"--{key}" and i + 1 < len(tokens):
+            return tokens[i + 1]
+    return None
+
+
+def given_seed(tokens: list[str], launcher: Launcher) -> int:
+    """The seed the user's command sets (0 where it sets none, or none readable as an integer)."""
+    for key in launcher.seed_keys:
+        value = given_value(tokens, launcher, key)
+        if value is not None and value.lstrip("-").isdigit():
+            return int(value)
+    return 0
+
+
 def set_key(tokens: list[str], launcher: Launcher, key: str, value) -> list[str]:
     """`tokens` with `key` set to `value`: replaced where the command already sets it, else
     appended (a flag `--key value`, an override `key=value`)."""
@@ -103,7 +127,9 @@ def _arm_settings(launcher: Launcher, fix: CandidateFix, vocabulary: dict[str, s
         theirs = vocabulary.get(change.setting)
         keys = launcher.key_of(theirs) if theirs else None
         if not keys:
-            return f"{theirs or change.setting} is not a setting of {launcher.name}'s launch command"
+            if theirs:
+                return f"{theirs} is not a setting of {launcher.name}'s launch command"
+            return f"advice, no key of {launcher.name}'s sets it: {fix.why}"
         settings += [(k, change.value) for k in keys]
     return tuple(settings)
 
@@ -129,7 +155,9 @@ def plan_for_log(table: MetricTable, diagnosis: Diagnosis, command: str | None =
     for fix in fixes:
         settings = _arm_settings(launcher, fix, dict(table.vocabulary))
         if isinstance(settings, str):
-            skipped.append(f"{', '.join(fix.rendered)} ({fix.component}): {settings}")
+            named = all(c.setting in table.vocabulary for c in fix.changes)  # else in words: no key of ours
+            skipped.append(f"{', '.join(fix.rendered)} ({fix.component}): {settings}" if named
+                           else f"{fix.component}: {settings}")
             continue
         arms[arm_directory(settings)] = settings
     if len(arms) == 1:
@@ -137,9 +165,13 @@ def plan_for_log(table: MetricTable, diagnosis: Diagnosis, command: str | None =
                         f"to change ({'; '.join(skipped) or 'no finding'})")
     count, why, warnings = choose_seeds(table, seeds)
     base = shlex.split(command) if command else shlex.split(launcher.example)
+    first = given_seed(base, launcher)
+    seed_list = [first + k for k in range(count)]  # the user's seed first, the others after it
+    if first:
+        why += f"; seeds from the command's own seed {first} on"
     runs = []
     for arm, settings in arms.items():
-        for seed in range(count):
+        for seed in seed_list:
             run_out = str(PurePosixPath(out) / arm / f"seed{seed}")
             tokens = list(base)
             for key, value in (*settings, *launcher.fixed,
@@ -162,7 +194,7 @@ def plan_for_log(table: MetricTable, diagnosis: Diagnosis, command: str | None =
     if command is None:
         notes.append(f"the commands start from {launcher.name}'s usual launch: give yours with --command, and a key it "
                      "already sets is replaced")
-    return AblationPlan(launcher.name, list(range(count)), seeds_why,
+    return AblationPlan(launcher.name, seed_list, seeds_why,
                         {arm: tuple(f"{k}={_value_text(v, launcher.syntax)}" for k, v in s) for arm, s in arms.items()},
                         runs, compare, skipped, notes, warnings)
 
@@ -179,5 +211,5 @@ def planned_settings(launcher: Launcher, plan: AblationPlan, arm: str, seed: int
 
 def missing_from_key_list(launcher: Launcher, plan: AblationPlan) -> list[str]:
     """Every key the plan sets that the trainer's key list lacks."""
-    keys = {k for arm in plan.arms for k, _ in planned_settings(launcher, plan, arm, 0)}
+    keys = {k for arm in plan.arms for k, _ in planned_settings(launcher, plan, arm, plan.seeds[0])}
     return sorted(k for k in keys if k not in launcher.keys.keys)

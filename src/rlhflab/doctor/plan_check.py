@@ -40,7 +40,7 @@ def _trl_parser(config_class: Callable[[], type], name: str) -> Callable[[Launch
         result = PlanCheck(f"TRL {trl.__version__}'s HfArgumentParser over {name}")
         parser = HfArgumentParser((config,))
         for arm in plan.arms:
-            args = _flags(planned_settings(launcher, plan, arm, 0))
+            args = _flags(planned_settings(launcher, plan, arm, plan.seeds[0]))
             try:  # its flags and their types; not the config's __post_init__, which checks this machine's GPU
                 _, unknown = parser.parse_known_args(args)
             except (SystemExit, ValueError, TypeError) as err:  # argparse exits on a bad value
@@ -88,7 +88,7 @@ def _verl_hydra(launcher: Launcher, plan: AblationPlan) -> PlanCheck | None:
     result = PlanCheck(f"veRL {version('verl')}'s ppo_trainer.yaml composed by Hydra {version('hydra-core')}")
     with initialize_config_dir(config_dir=str(config_dir), version_base=None):
         for arm in plan.arms:
-            overrides = [f"{k}={v}" for k, v in planned_settings(launcher, plan, arm, 0)]
+            overrides = [f"{k}={v}" for k, v in planned_settings(launcher, plan, arm, plan.seeds[0])]
             try:
                 compose(config_name="ppo_trainer", overrides=overrides)
             except (HydraException, OmegaConfBaseException) as err:
