@@ -281,6 +281,7 @@ def test_an_exported_study_trains_a_reward_model(smoke_run, heldout_prompts, tmp
     assert "rm/val_acc" in read_jsonl(tmp_path / "rm-run" / "metrics" / "reward.jsonl")[-1]
 
 
+@pytest.mark.slow  # 30 s of sampling and labelling: make test-slow (make test keeps the 15-minute line)
 def test_labelers_find_no_preference_between_a_policy_and_itself_at_another_seed(smoke_run, heldout_prompts,
                                                                                  tmp_path):
     run = smoke_run.root
