@@ -70,6 +70,7 @@ def close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=FIRST_ITERATION_TOLERANCE, abs_tol=FIRST_ITERATION_TOLERANCE)
 
 
+@pytest.mark.slow  # two torchrun pipelines, 75 s: make test-slow, which CI runs
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 def test_two_processes_follow_one(strategy, strategy_runs, smoke_run):
     run = strategy_runs[strategy]
@@ -100,6 +101,7 @@ def test_two_processes_follow_one(strategy, strategy_runs, smoke_run):
     assert (run / "diagnosis.json").is_file() and (run / "report.html").is_file()
 
 
+@pytest.mark.slow  # reads the torchrun pipelines above
 def test_fsdp2_checkpoints_hold_each_process_shards_and_load_on_one(strategy_runs, tmp_path):
     run = strategy_runs["fsdp2"]
     assert sorted(p.name for p in (run / "checkpoints" / "ppo" / "weights").glob("*.distcp")) == [
