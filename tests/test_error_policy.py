@@ -87,6 +87,28 @@ class Inputs:
     def out(self, name: str = "out") -> str:
         return str(self.root / name)
 
+    def run_with_bad_config(self) -> str:
+        import shutil
+
+        copy = self.root / "inputs" / "run-bad-config"
+        if not copy.exists():
+            shutil.copytree(self.run, copy, ignore=shutil.ignore_patterns("stage*", "checkpoints", "samples"))
+            (copy / "config.toml").write_text("[ppo]\nkl_coef = \"much\"\n", encoding="utf-8")
+        return str(copy)
+
+    def two_sample_files(self) -> list[str]:
+        rows = [{"step": 0, "prompt": f"prompt {k}", "response": f"response {k}"} for k in range(4)]
+        return [self.file(f"{name}.jsonl", "".join(json.dumps({**r, "response": r["response"] + name}) + "\n"
+                                                    for r in rows)) for name in ("a", "b")]
+
+    def pair_study(self) -> str:
+        if "pair" not in self.made:
+            result = CliRunner().invoke(app, ["pair", *self.two_sample_files(), "--study",
+                                              str(self.root / "inputs" / "study"), "--no-serve"])
+            assert result.exit_code == 0, result.output
+            self.made["pair"] = str(self.root / "inputs" / "study")
+        return self.made["pair"]
+
 
 NA_TRAINS = NotApplicable("reads no log, study, sample file or plan: it trains from a config and data files")
 NA_SERVES_NOTHING = NotApplicable("it serves nothing: no host or port")
@@ -280,40 +302,6 @@ CELLS: dict[str, dict[str, Bad | NotApplicable]] = {
                                       "--doc", i.out("faults.md")], says="a-file"),
     },
 }
-
-
-def _more_inputs() -> None:
-    """Inputs that need the run: a copy with a broken config, two sample files on the same
-    prompts, a pair study of them."""
-
-    def run_with_bad_config(self: Inputs) -> str:
-        import shutil
-
-        copy = self.root / "inputs" / "run-bad-config"
-        if not copy.exists():
-            shutil.copytree(self.run, copy, ignore=shutil.ignore_patterns("stage*", "checkpoints", "samples"))
-            (copy / "config.toml").write_text("[ppo]\nkl_coef = \"much\"\n", encoding="utf-8")
-        return str(copy)
-
-    def two_sample_files(self: Inputs) -> list[str]:
-        rows = [{"step": 0, "prompt": f"prompt {k}", "response": f"response {k}"} for k in range(4)]
-        return [self.file(f"{name}.jsonl", "".join(json.dumps({**r, "response": r["response"] + name}) + "\n"
-                                                    for r in rows)) for name in ("a", "b")]
-
-    def pair_study(self: Inputs) -> str:
-        if "pair" not in self.made:
-            result = CliRunner().invoke(app, ["pair", *self.two_sample_files(), "--study",
-                                              str(self.root / "inputs" / "study"), "--no-serve"])
-            assert result.exit_code == 0, result.output
-            self.made["pair"] = str(self.root / "inputs" / "study")
-        return self.made["pair"]
-
-    Inputs.run_with_bad_config = run_with_bad_config
-    Inputs.two_sample_files = two_sample_files
-    Inputs.pair_study = pair_study
-
-
-_more_inputs()
 
 
 def command_names() -> list[str]:
