@@ -126,3 +126,27 @@ def test_doctor_plan_prints_a_runnable_script_and_refuses_what_it_cannot_plan(tm
     with pytest.raises(SystemExit) as done:  # a log with no finding: nothing to plan
         main(["doctor", str(LOGS / "verl_file.jsonl"), "--plan"])
     assert done.value.code == 2
+
+
+def test_a_trl_plan_keeps_the_users_seed_speaks_only_trls_keys_and_plans_the_length_limit(tmp_path):
+    """On a GRPO console saturating its completion length: the length cause is an arm in TRL's own
+    key (max_completion_length, twice the run's), the user's --seed 42 is the first seed, and
+    nothing of rlhflab's own setting names reaches the plan."""
+    from rlhflab.doctor import LAUNCHERS_BY_DIALECT, diagnose, plan_for_log
+    from rlhflab.doctor.plan import given_seed
+    from test_doctor_rules import table_of
+
+    table = table_of([{"step": s, "response/truncated_frac": 0.1 if s < 10 else 0.95,
+                       "reward/proxy_mean": 0.1 + 0.001 * s, "kl/mean": 0.01 * s, "policy/entropy": 1.0,
+                       "response/length_mean": 200.0} for s in range(60)], rm=[], accounts=False,
+                     trainer="trl-grpo", response_length=256, kl_coef=0.04, lr=1e-6)
+    diagnosis = diagnose(table)
+    assert "truncation_saturated" in [f.rule for f in diagnosis.findings]
+    plan = plan_for_log(table, diagnosis, command="trl grpo --model_name_or_path M --seed 42", top=3)
+    assert plan.seeds[0] == 42
+    assert any("max_completion_length=512" in change for changes in plan.arms.values() for change in changes)
+    text = " ".join([*plan.skipped, *(r.command for r in plan.runs)])
+    for ours in ("missing_eos_penalty", "reward_pairs", "entropy_coef", "response_length"):
+        assert ours not in text, (ours, text)
+    launcher = LAUNCHERS_BY_DIALECT["trl-grpo"]
+    assert given_seed(["trl", "--seed=7"], launcher) == 7 and given_seed(["trl"], launcher) == 0

@@ -29,7 +29,7 @@ from rich.live import Live
 from rich.table import Table
 
 from rlhflab.checkpoint import count_lines
-from rlhflab.config import PipelineConfig, apply_overrides, config_from_run, parse_override, save_config
+from rlhflab.config import ConfigError, PipelineConfig, apply_overrides, config_from_run, parse_override, save_config
 from rlhflab.doctor import RLHFLAB_DIALECT as DIALECT
 from rlhflab.doctor import (
     Arm,
@@ -51,6 +51,7 @@ from rlhflab.doctor import (
 from rlhflab.errors import InputError
 from rlhflab.faults.zoo import components_for
 from rlhflab.pipeline import STAGE_NAMES, STAGES
+from rlhflab.preflight import check_response_room
 from rlhflab.ppo.components import non_default_components, record_components
 from rlhflab.progress import console
 from rlhflab.runs import RunDir, link_file, link_tree, read_json, write_json
@@ -92,12 +93,18 @@ def arm_name(changes: tuple[str, ...]) -> str:
 
 def candidate_arms(diagnosis: Diagnosis, config: PipelineConfig, top: int) -> tuple[list[Arm], list[str]]:
     """The doctor's candidate fixes (doctor/arms.py) in rlhflab keys, as arms; a fix the run
-    already has is said, not run."""
-    def unchanged(changes: tuple[str, ...]) -> str | None:
-        same = apply_overrides(config, dict(parse_override(c) for c in changes)) == config
-        return "the run already has these settings" if same else None
+    already has, or one its model cannot run, is said, not run."""
+    def refused(changes: tuple[str, ...]) -> str | None:
+        changed = apply_overrides(config, dict(parse_override(c) for c in changes))
+        if changed == config:
+            return "the run already has these settings"
+        try:
+            check_response_room(changed)
+        except ConfigError as err:
+            return str(err)
+        return None
 
-    fixes, skipped = candidate_fixes(diagnosis, DIALECT.vocabulary, top, keyed=True, reject=unchanged)
+    fixes, skipped = candidate_fixes(diagnosis, DIALECT.vocabulary, top, keyed=True, reject=refused)
     return [Arm(arm_name(f.rendered), "setting", f.rendered, f.component, f.why) for f in fixes], skipped
 
 
@@ -126,8 +133,12 @@ def plan_ablation(run_dir: Path, top: int = 3, seeds: int | None = None, fixes: 
     names = [a.name for a in arms]
     duplicates = {n for n in names if names.count(n) > 1}
     arms = [a for i, a in enumerate(arms) if a.name not in duplicates or names.index(a.name) == i]
-    for arm in arms:  # every arm's config must load before anything runs
-        apply_overrides(config, dict(parse_override(c) for c in arm.changes), source=f"arm {arm.name}")
+    for arm in arms:  # every arm's config must load, and fit its model, before anything runs
+        changed = apply_overrides(config, dict(parse_override(c) for c in arm.changes), source=f"arm {arm.name}")
+        try:
+            check_response_room(changed)
+        except ConfigError as err:
+            raise ConfigError(f"arm {arm.name}: {err}") from None
     if not arms:
         raise AblateError(f"{run_dir}: nothing to ablate: no finding of medium or high severity has a setting to change "
                           f"({'; '.join(skipped) or 'no finding'}); give one with --fix KEY=VALUE")

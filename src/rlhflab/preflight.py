@@ -22,7 +22,7 @@ from rlhflab.models.lm import check_model_dir, load_tokenizer
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.ppo.samplers import check_engine
 from rlhflab.runs import RunDir
-from rlhflab.sources import context_length, split_heldout, stage1_tokenizer
+from rlhflab.sources import context_length, longest_prompt, split_heldout, stage1_tokenizer
 
 STAGES = ("pretrain", "reward", "ppo")
 
@@ -35,9 +35,29 @@ def preflight(config: PipelineConfig, run: RunDir, components: PPOComponents, st
         check_engine(config.rollout, components.sample)
         if config.lora.rank:
             _importable("peft", "lora.rank > 0 adapts the policy through peft: pip install 'rlhflab[train]'")
-    _check_inputs(config, stages)
+    _check_model_dirs(config, stages)
+    check_response_room(config, stages)
+    _check_data(config, stages)
     if resume:
         check_resume(config, run)
+
+
+def check_response_room(config: PipelineConfig, stages: Sequence[str] = STAGES) -> None:
+    """A prompt and the response a stage samples after it must fit the sampling model's
+    positions: past them, sampling indexes a position the model does not have."""
+    sampled = []
+    if "reward" in stages and not config.data.preferences:  # stage 2 labels samples of stage 1
+        sampled.append(("reward", "reward.response_length", config.reward.response_length, config.data.model))
+    if "ppo" in stages:
+        sampled.append(("ppo", "ppo.response_length", config.ppo.response_length,
+                        config.data.policy or config.data.model))
+    for stage, key, length, start in sampled:
+        context = context_length(_path(start), config)
+        prompt, why = longest_prompt(config, stage)
+        if length > context - prompt:
+            where = f"{start}'s" if start else "pretrain.n_positions ="
+            raise ConfigError(f"{key} = {length}: the model it samples attends over {where} {context} positions "
+                              f"and {prompt} go to {why}; expected at most {context - prompt}")
 
 
 def _importable(module: str, why: str) -> None:
@@ -47,7 +67,7 @@ def _importable(module: str, why: str) -> None:
         raise MissingExtra(f"{why} ({err})") from None
 
 
-def _check_inputs(config: PipelineConfig, stages: Sequence[str]) -> None:
+def _check_model_dirs(config: PipelineConfig, stages: Sequence[str]) -> None:
     data = config.data
     models = {"pretrain": [("data.model", data.model)], "reward": [("data.reward_base", data.reward_base)],
               "ppo": [("data.policy", data.policy), ("data.reward_model", data.reward_model)]}
@@ -55,6 +75,10 @@ def _check_inputs(config: PipelineConfig, stages: Sequence[str]) -> None:
         for key, directory in models[stage]:
             if directory:
                 _model_dir(key, directory)
+
+
+def _check_data(config: PipelineConfig, stages: Sequence[str]) -> None:
+    data = config.data
     if "pretrain" in stages and data.sft:
         loaded = load_sft(data.sft, skip_invalid=data.skip_invalid, tokenizer=stage1_tokenizer(config),
                           max_tokens=context_length(_path(data.model), config) - 2)

@@ -45,6 +45,16 @@ def context_length(model_dir: Path | None, config: PipelineConfig) -> int:
     return config.pretrain.n_positions
 
 
+def longest_prompt(config: PipelineConfig, stage: str) -> tuple[int, str]:
+    """Positions the longest prompt `stage` samples from takes, its `<bos>` included, and
+    where that bound comes from: the world's longest opening (stage 2 always samples the
+    world's prompts), or one token for the user's prompts (each longer one is checked
+    against the room left when the file is read)."""
+    if stage == "ppo" and config.data.prompts:
+        return 2, "a prompt of one token and <bos>"
+    return ReviewsWorld(config.world).longest_prompt_tokens + 1, "the world's longest prompt and <bos>"
+
+
 def reward_base_dir(config: PipelineConfig, run: RunDir) -> Path:
     return Path(config.data.reward_base) if config.data.reward_base else run.stage1_lm
 

@@ -157,6 +157,14 @@ def unended_responses(table: MetricTable) -> Cause:
                  Fix((Change("missing_eos_penalty", "set", 1.0),), "penalise responses that do not end"))
 
 
+def length_limit(table: MetricTable) -> Cause:
+    current = table.settings.response_length
+    fix = (Fix((Change("response_length", "set", 2 * current),), "twice the length limit: room for the answers")
+           if current else Fix((Change("response_length", "increase"),), "a longer length limit"))
+    return Cause("sampling", "the length limit is shorter than the answers take, so most are cut before they end "
+                             "(a cut response's score is read at its last token)", fix)
+
+
 def _rm_data_fix(table: MetricTable) -> Fix:
     return Fix((_more_pairs(table), Change("reward_epochs", "set", 2)), "more comparisons, fewer passes")
 

@@ -68,7 +68,7 @@ LENGTH_BLOWUP_FACTOR = Threshold(
 
 
 @rule("truncation_saturated", "responses", requires=("response/truncated_frac",), thresholds=(TRUNCATED_LIMIT,),
-      causes=(causes.unended_responses, causes.exploitable_reward_model))
+      causes=(causes.unended_responses, causes.length_limit, causes.exploitable_reward_model))
 def truncation_saturated(table: MetricTable) -> Detection | None:
     """Most responses cut at the length limit (the log's truncated fraction)."""
     return crossing(table, "response/truncated_frac", lambda v: v > TRUNCATED_LIMIT.value,

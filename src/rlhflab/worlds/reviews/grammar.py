@@ -90,6 +90,7 @@ CONTENT_LITERALS = frozenset({"recommend"})  # literal words that still carry co
 
 MOODS = ("positive", "negative", "mixed")
 MOOD_WEIGHTS = (0.4, 0.4, 0.2)
+PROMPT_WORDS = (2, 5)  # a prompt is a review's first 2 to 5 words (one token each)
 N_SENTENCE_WEIGHTS = (0.3, 0.4, 0.3)  # P(1, 2, 3 sentences)
 MIXED_CONTRAST_BOOST = 4.0  # template weight multiplier for contrastive templates in a mixed review
 P_SENTENCE_FOLLOWS_MOOD = 0.92  # P(sentence polarity = mood polarity), non-mixed moods
@@ -412,7 +413,7 @@ class ReviewGrammar:
         return " ".join(self.sample_review_words(rng, mood))
 
     def sample_prompt(self, rng: random.Random) -> str:
-        """The first 2-5 words of a fresh review, always short of its last token."""
+        """The first 2-5 words (PROMPT_WORDS) of a fresh review, always short of its last token."""
         words = self.sample_review_words(rng)
-        k = min(rng.randint(2, 5), len(words) - 1)
+        k = min(rng.randint(*PROMPT_WORDS), len(words) - 1)
         return " ".join(words[:k])

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Literal
 
 from rlhflab.worlds.reviews.config import WorldConfig
 from rlhflab.worlds.reviews.gold import GoldBreakdown, gold_breakdown
-from rlhflab.worlds.reviews.grammar import ReviewGrammar
+from rlhflab.worlds.reviews.grammar import PROMPT_WORDS, ReviewGrammar
 from rlhflab.worlds.reviews.tokenizer import build_tokenizer
 
 if TYPE_CHECKING:
@@ -47,6 +47,11 @@ class ReviewsWorld:
     def __init__(self, config: WorldConfig = WorldConfig()) -> None:
         self.config = config
         self.grammar = ReviewGrammar()
+
+    @property
+    def longest_prompt_tokens(self) -> int:
+        """Tokens the longest prompt takes (the word-level tokenizer gives each word one)."""
+        return PROMPT_WORDS[1]
 
     def corpus(self, n: int, seed: int) -> list[str]:
         """n full reviews sampled from the grammar (mixed moods)."""
