@@ -51,8 +51,8 @@ from rlhflab.doctor import (
 from rlhflab.errors import InputError
 from rlhflab.faults.zoo import components_for
 from rlhflab.pipeline import STAGE_NAMES, STAGES
-from rlhflab.preflight import check_response_room
 from rlhflab.ppo.components import non_default_components, record_components
+from rlhflab.preflight import check_response_room
 from rlhflab.progress import console
 from rlhflab.runs import RunDir, link_file, link_tree, read_json, write_json
 from rlhflab.verify import first_stage_to_rerun, rerun, share_stages

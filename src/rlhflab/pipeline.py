@@ -46,7 +46,7 @@ class Stage:
 
 STAGES: tuple[Stage, ...] = (
     Stage("pretrain", "pretrain", ("world", "stage1_lm"),
-          lambda c: asdict(run_pretrain(c.config, c.run, c.show_progress, c.cluster))),
+          lambda c: asdict(run_pretrain(c.config, c.run, c.show_progress, c.cluster, c.components))),
     Stage("reward", "reward", ("stage2_rm",),
           lambda c: asdict(run_reward(c.config, c.run, c.show_progress, c.cluster, c.components))),
     Stage("ppo", "eval", ("stage3_policy",),

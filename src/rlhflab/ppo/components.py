@@ -13,12 +13,14 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor
 
+from rlhflab.checkpoint import load_checkpoint
 from rlhflab.config import ConfigError, PipelineConfig, PPOConfig
-from rlhflab.data.batching import join_prompt_response
+from rlhflab.data.batching import join_prompt_response, length_grouped_batches
 from rlhflab.engines import clip_grad_norm
 from rlhflab.models.bradley_terry import bt_loss, pair_scores
 from rlhflab.models.forward import response_logits
 from rlhflab.models.lm import load_causal_lm
+from rlhflab.models.lm_loss import lm_loss
 from rlhflab.models.lora import AdaptersOff, is_adapted
 from rlhflab.models.optim import warmup_linear_decay
 from rlhflab.models.reward_model import score_sequences
@@ -93,6 +95,19 @@ def gradient_step(optimizer: torch.optim.Optimizer, parameters, loss: Tensor, ma
     return grad_norm
 
 
+def first_for_training(n_train: int, n_val: int) -> tuple[Tensor, Tensor]:
+    """The first `n_train` labelled comparisons train the reward model, the next `n_val`
+    (other prompts) hold it out."""
+    return torch.arange(n_train), torch.arange(n_train, n_train + n_val)
+
+
+def evaluate_held_out(state, world, prompts: list[str], response_length: int, temperature: float, streams):
+    """The held-out evaluation (`ppo.evaluation.evaluate_policy`)."""
+    from rlhflab.ppo.evaluation import evaluate_policy  # it samples through ppo.samplers, which reads this module
+
+    return evaluate_policy(state, world, prompts, response_length, temperature, streams)
+
+
 def _stage(name: str, default: Callable):
     """A component used first in stage `name` (a rerun that swaps it starts there)."""
     return field(default=default, metadata={"stage": name})
@@ -127,6 +142,13 @@ class PPOComponents:
     preference_pairs: seams.PreferencePairs = _stage("reward", pair_scores)
     preference_loss: seams.PreferenceLoss = _stage("reward", bt_loss)
     reward_lr: seams.RewardLR = _stage("reward", warmup_linear_decay)
+    reward_batches: seams.RewardBatches = _stage("reward", length_grouped_batches)
+    comparison_split: seams.ComparisonSplit = _stage("reward", first_for_training)
+    # Stage 1's objective.
+    lm_loss: seams.LMLoss = _stage("pretrain", lm_loss)
+    # The run around the PPO step: the held-out evaluation of the policy, and what a resume restores.
+    evaluate: seams.Evaluate = evaluate_held_out
+    restore: seams.Restore = load_checkpoint
     # Reward.
     score: seams.Score = score_sequences
     reward_transform: seams.RewardTransform = standardise

@@ -15,7 +15,6 @@ from rlhflab.checkpoint import (
     ResumePoint,
     count_lines,
     has_checkpoint,
-    load_checkpoint,
     save_checkpoint,
     truncate_lines,
 )
@@ -23,7 +22,6 @@ from rlhflab.config import PipelineConfig, training_keys
 from rlhflab.distributed import Cluster
 from rlhflab.doctor import Finding, LiveLog, StopRule, Watch, write_diagnosis
 from rlhflab.ppo.components import PPOComponents
-from rlhflab.ppo.evaluation import evaluate_policy
 from rlhflab.ppo.rollout import Rollout
 from rlhflab.ppo.state import PPOState, load_ppo_state
 from rlhflab.ppo.trainer import ppo_iteration
@@ -59,11 +57,11 @@ def run_ppo(
         show_progress = show_progress and is_main
         task = prompt_task(config, state.tokenizer, context_length(policy_dir(config, run), config))
         eval_streams = RowStreams(config.ppo_seed, ("eval-sampling",), list(range(len(task.eval_prompts))))
-        evaluate = lambda: evaluate_policy(state, task.world, task.eval_prompts, cfg.response_length,  # noqa: E731
-                                           cfg.temperature, eval_streams)
+        evaluate = lambda: components.evaluate(state, task.world, task.eval_prompts,  # noqa: E731
+                                               cfg.response_length, cfg.temperature, eval_streams)
         checkpoint_dir = run.checkpoints / "ppo"
         if resume and has_checkpoint(checkpoint_dir):
-            point = load_checkpoint(checkpoint_dir, state.policy, state.optimizer, state.controller)
+            point = components.restore(checkpoint_dir, state.policy, state.optimizer, state.controller)
             state.sampler.push(state.policy.lm)  # an engine started on the stage-1 weights samples the restored ones
             records = read_jsonl(run.metrics("ppo"))[: point.metrics_lines]
             kept = read_jsonl(run.samples("ppo"))[: point.samples_lines] if run.samples("ppo").is_file() else []

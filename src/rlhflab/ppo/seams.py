@@ -127,6 +127,36 @@ class RewardLR(Protocol):
         """The learning rate of one reward-model step."""
 
 
+class RewardBatches(Protocol):
+    def __call__(self, lengths: Tensor, batch_size: int, generator: torch.Generator, pool: int = 50) -> list[Tensor]:
+        """One pass over the reward model's training prompts: their row indices, batch by batch
+        (`pool` batches sorted by length together)."""
+
+
+class ComparisonSplit(Protocol):
+    def __call__(self, n_train: int, n_val: int) -> tuple[Tensor, Tensor]:
+        """Which of the labelled comparisons train the reward model and which hold it out."""
+
+
+# --- stage 1 ----------------------------------------------------------------------------------------
+class LMLoss(Protocol):
+    def __call__(self, model: Any, ids: Tensor, mask: Tensor, loss_mask: Tensor) -> Tensor:
+        """Stage 1's objective on a batch: next-token cross-entropy over the target tokens."""
+
+
+# --- the run around the PPO step: its held-out evaluation, its resume ----------------------------
+class Evaluate(Protocol):
+    def __call__(self, state: Any, world: Any, prompts: list[str], response_length: int, temperature: float,
+                 streams: RowStreams) -> dict[str, float]:
+        """The held-out metrics of the state's policy as it is now."""
+
+
+class Restore(Protocol):
+    def __call__(self, directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 controller: Any) -> Any:
+        """Everything a checkpoint holds, put back in place; where the resumed run picks up."""
+
+
 # --- reward and data --------------------------------------------------------------------------------
 class Score(Protocol):
     def __call__(self, model: Any, input_ids: Tensor, attention_mask: Tensor) -> Tensor:

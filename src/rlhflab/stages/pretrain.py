@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from rlhflab.config import PipelineConfig, PretrainConfig
@@ -24,8 +23,9 @@ from rlhflab.distributed import Cluster
 from rlhflab.engines import clip_grad_norm, make_engine
 from rlhflab.models.blocks import checkpoint_blocks_if
 from rlhflab.models.lm import build_tiny_lm, count_parameters, load_causal_lm, save_pretrained
-from rlhflab.models.precision import autocast, use_bf16
+from rlhflab.models.precision import use_bf16
 from rlhflab.models.sampling import sample_responses, sample_share
+from rlhflab.ppo.components import PPOComponents
 from rlhflab.progress import progress_bar
 from rlhflab.runs import RunDir, atomic_dir, stage_logger
 from rlhflab.seeding import RowStreams, derive_seed, torch_generator
@@ -40,15 +40,6 @@ class PretrainResult:
     val_loss: float
     grammatical_rate: float
     seconds: float
-
-
-def lm_loss(model: torch.nn.Module, ids: Tensor, mask: Tensor, loss_mask: Tensor) -> Tensor:
-    """Mean next-token cross-entropy over the target tokens in `loss_mask`.
-    ids/mask/loss_mask: (B, L); mask is True for real tokens, loss_mask for targets."""
-    with autocast(ids.device):
-        logits = model(input_ids=ids, attention_mask=mask.long(), use_cache=False).logits  # (B, L, V)
-    targets = ids[:, 1:].masked_fill(~loss_mask[:, 1:], -100)
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
 
 
 def lr_at(step: int, config: PretrainConfig) -> float:
@@ -83,9 +74,10 @@ def grammatical_rate_of_samples(model, tokenizer, world: ReviewsWorld, n: int, m
 
 
 def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True,
-                 cluster: Cluster = Cluster.single()) -> PretrainResult:
-    """Train and save the stage-1 LM. Under torchrun each process takes its share of every
-    batch's rows through the engine of `distributed.strategy`; the first writes files."""
+                 cluster: Cluster = Cluster.single(), components: PPOComponents = PPOComponents()) -> PretrainResult:
+    """Train and save the stage-1 LM on the objective `components.lm_loss`. Under torchrun
+    each process takes its share of every batch's rows through the engine of
+    `distributed.strategy`; the first writes files."""
     cfg = config.pretrain
     start = time.perf_counter()
     tokenizer = stage1_tokenizer(config)
@@ -128,7 +120,7 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
             width = int(train_mask[index].sum(1).max())  # the whole batch's, on every process
             index = cluster.shard(index)
             ids, mask, targets = (t[index, :width].to(device) for t in (train_ids, train_mask, train_targets))
-            loss = lm_loss(trained, ids, mask, targets)
+            loss = components.lm_loss(trained, ids, mask, targets)
             # Batches of similar length hold different numbers of target tokens: weighting each batch's
             # mean by its fraction of the tokens keeps every token's weight what it is under random batches.
             tokens = targets[:, 1:].sum()
@@ -141,7 +133,7 @@ def run_pretrain(config: PipelineConfig, run: RunDir, show_progress: bool = True
             train_loss = summed["loss"] / summed["tokens"]
             metrics = {"lm/train_loss": train_loss, "lr": lr_at(step, cfg)}
             if (step + 1) % cfg.eval_every == 0 or step == cfg.steps - 1:
-                val_loss = _val_loss(trained, val_ids, val_mask, val_targets)
+                val_loss = _val_loss(trained, val_ids, val_mask, val_targets, components.lm_loss)
                 metrics["lm/val_loss"] = val_loss
                 if world is not None and tokenizer.bos_token_id is not None:
                     with engine.full_weights(model):
@@ -170,7 +162,7 @@ def _trim(ids: Tensor, mask: Tensor, targets: Tensor) -> tuple[Tensor, Tensor, T
 
 
 @torch.no_grad()
-def _val_loss(model, ids: Tensor, mask: Tensor, targets: Tensor, batch_size: int = 256) -> float:
+def _val_loss(model, ids: Tensor, mask: Tensor, targets: Tensor, lm_loss, batch_size: int = 256) -> float:
     model.eval()
     total, count = 0.0, 0
     for i in range(0, len(ids), batch_size):

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from rlhflab.config import PipelineConfig
-from rlhflab.data.batching import decode_responses, encode_prompts, encode_responses, join_prompt_response, length_grouped_batches
+from rlhflab.data.batching import decode_responses, encode_prompts, encode_responses, join_prompt_response
 from rlhflab.data.files import PreferenceRecord
 from rlhflab.distributed import Cluster
 from rlhflab.engines import make_engine
@@ -26,7 +26,7 @@ from rlhflab.models.lora import save_merged_classifier, with_trunk_adapters
 from rlhflab.models.precision import use_bf16
 from rlhflab.models.reward_model import reward_model_from_lm, score_sequences
 from rlhflab.models.sampling import sample_responses, sample_share
-from rlhflab.ppo.components import PPOComponents, gradient_step
+from rlhflab.ppo.components import PPOComponents, first_for_training, gradient_step
 from rlhflab.progress import progress_bar
 from rlhflab.runs import RunDir, atomic_dir, stage_logger
 from rlhflab.seeding import RowStreams, derive_seed, py_rng, rows_of, torch_generator
@@ -223,9 +223,10 @@ def prompts_for(comparisons: int, responses_per_prompt: int) -> int:
 
 
 def world_comparisons(config: PipelineConfig, run: RunDir, tokenizer, device: torch.device,
-                      cluster: Cluster = Cluster.single(), join=join_prompt_response,
+                      cluster: Cluster = Cluster.single(), join=join_prompt_response, split=None,
                       ) -> tuple[Comparisons, Comparisons, Comparisons]:
-    """(train, held-out, gold) comparisons of stage-1 samples labelled by the world's labeler."""
+    """(train, held-out, gold) comparisons of stage-1 samples labelled by the world's labeler,
+    the first two as `split` (default: `first_for_training`) divides them."""
     cfg = config.reward
     K = cfg.responses_per_prompt
     world = ReviewsWorld(config.world)
@@ -245,7 +246,8 @@ def world_comparisons(config: PipelineConfig, run: RunDir, tokenizer, device: to
         RowStreams(config.seed, ("reward", "gold-samples"), list(range(len(gold_prompts) * K))), cluster=cluster,
         join=join,
     )
-    return labelled.select(torch.arange(n_train)), labelled.select(torch.arange(n_train, n_train + n_val)), gold
+    train_rows, val_rows = (split or first_for_training)(n_train, n_val)
+    return labelled.select(train_rows), labelled.select(val_rows), gold
 
 
 def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
@@ -267,7 +269,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
         gold = None
     else:
         train, val, gold = world_comparisons(config, run, tokenizer, cluster.device, cluster,
-                                             components.comparison_rows)
+                                             components.comparison_rows, components.comparison_split)
 
     torch.manual_seed(derive_seed(config.seed, "rm-init"))
     model = reward_model_from_lm(base).to(cluster.device)
@@ -292,7 +294,7 @@ def run_reward(config: PipelineConfig, run: RunDir, show_progress: bool = True,
     step, loss_value, acc_value, evaluation = 0, math.nan, math.nan, {}
     with progress_bar("stage 2 reward", total, show_progress) as bar:
         for epoch in range(cfg.epochs):
-            batches = length_grouped_batches(group_lengths, cfg.batch_size, order)
+            batches = components.reward_batches(group_lengths, cfg.batch_size, order)
             for i, rows in enumerate(batches):
                 model.train()
                 lr = components.reward_lr(cfg.lr, step, steps_per_epoch, cfg.epochs)
