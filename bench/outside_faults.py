@@ -10,8 +10,12 @@ docstring cites its issue or pull request), written down before the checkup and 
 were changed to find them. The zoo and the tests' broken implementations were not reused.
 A later set (`--batch invariants`: ten more public reports, in the update's mechanics, the
 rollout's bookkeeping, the reward model's training and the data) is scored in a section of its
-own, with the commit it was scored at, before the checkup's invariants were walked. A bug in a
-component of stage 2 retrains the reward model too (from the base run's stage-1 model).
+own, with the commit it was scored at, before the checkup's invariants were walked. The set
+`--batch pipeline` (ten more) walks the pipeline around the PPO step: stage 1's objective,
+stage 2's loop and held-out split, the held-out evaluation, the resume from a checkpoint (a
+run crashed after `crash_at` iterations and resumed, as a user's would be) and the prompts.
+A bug in a component of stage 2 retrains the reward model too (from the base run's stage-1
+model), one in stage 1 retrains both.
 
     python bench/outside_faults.py --base runs/faults-bench/healthy-seed0 --out runs/outside-faults \\
         [--only NAME ...] [--rescore] [--doc docs/benchmarks.md]
@@ -24,6 +28,7 @@ component ranked first by the full doctor and from the metrics alone.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -407,6 +412,121 @@ def reward_lr_sized_for_epochs_squared(base_lr, step, steps_per_epoch, epochs):
     return warmup_linear_decay(base_lr, step, steps_per_epoch * epochs, epochs)
 
 
+# --- the set `pipeline`: the pipeline around the PPO step (public reports) ----------------------
+def lm_loss_without_eos(model, ids, mask, loss_mask):
+    """TRL issue #1623, "Learning to generate EOS tokens" (https://github.com/huggingface/trl/
+    issues/1623; again in PR #3091): with the pad token set to the EOS token, the collator
+    masked every padding position out of the labels, the real EOS with them, so the SFT model
+    never learnt to end a response (here: stage 1's targets without the EOS token)."""
+    from rlhflab.models.lm_loss import lm_loss
+
+    config = getattr(model, "config", None) or model.module.config
+    return lm_loss(model, ids, mask, loss_mask & (ids != config.eos_token_id))
+
+
+def lm_loss_mean_of_sequence_means(model, ids, mask, loss_mask):
+    """torchtune PR #1875, "Normalize CE loss by total number of (non-padding) tokens"
+    (https://github.com/meta-pytorch/torchtune/pull/1875; the gradient-accumulation loss bug
+    of October 2024, also allenai/open-instruct PR #1137): each part's loss was the mean over
+    its own tokens and the parts were averaged, so a token of a short example weighed more
+    than one of a long example (here: stage 1's loss the mean over sequences of each
+    sequence's token mean)."""
+    import torch.nn.functional as F
+
+    from rlhflab.models.precision import autocast
+
+    with autocast(ids.device):
+        logits = model(input_ids=ids, attention_mask=mask.long(), use_cache=False).logits
+    targets = loss_mask[:, 1:]
+    per_token = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")
+    per_token = per_token.view(targets.shape) * targets
+    return (per_token.sum(1) / targets.sum(1).clamp_min(1)).mean()
+
+
+def reward_batches_in_one_order(lengths, batch_size, generator, pool=50):
+    """lucidrains/DALLE-pytorch PR #230, "use data_sampler.set_epoch to avoid having the same
+    order in each epoch" (https://github.com/lucidrains/DALLE-pytorch/pull/230; SimCLR PR #26
+    the same): the sampler's shuffle was seeded once and never told the epoch, so every epoch
+    visited the reward model's training pairs in the same order."""
+    from rlhflab.data.batching import length_grouped_batches
+
+    return length_grouped_batches(lengths, batch_size, torch.Generator().manual_seed(0), pool)
+
+
+def validation_pairs_from_training(n_train, n_val):
+    """OpenRLHF issue #1089, "Is there any data leakage when the eval_dataset parameter is not
+    specified in train_rm.py?" (https://github.com/OpenRLHF/OpenRLHF/issues/1089): without an
+    eval set the reward model was evaluated on the first 1% of its own training data, so its
+    held-out accuracy was its training accuracy."""
+    return torch.arange(n_train), torch.arange(n_val)
+
+
+def evaluation_dropping_the_last_batch(state, world, prompts, response_length, temperature, streams):
+    """NVIDIA-NeMo/RL PR #1029, "feat: support drop_last=False during validation"
+    (https://github.com/NVIDIA-NeMo/RL/pull/1029): the validation loader dropped its last
+    incomplete batch, so the held-out metrics left out the prompts past the last full batch
+    (here: batches of 96, so 64 of 256 held-out prompts unseen)."""
+    from rlhflab.ppo.evaluation import evaluate_policy
+
+    kept = len(prompts) // 96 * 96
+    return evaluate_policy(state, world, prompts[:kept], response_length, temperature, streams)
+
+
+def restore_without_kl_controller(directory, model, optimizer, controller):
+    """ray-project/ray issue #22444, "[Bug] PPO cur_kl_coeff is not restored"
+    (https://github.com/ray-project/ray/issues/22444): on restoring a checkpoint the adaptive
+    KL coefficient came from the config, not from the checkpoint."""
+    from rlhflab.checkpoint import load_checkpoint
+
+    as_configured = controller.state_dict()
+    point = load_checkpoint(directory, model, optimizer, controller)
+    controller.load_state_dict(as_configured)
+    return point
+
+
+def restore_without_optimizer(directory, model, optimizer, controller):
+    """NVIDIA-NeMo/RL PR #3171, "fix(ppo): restore optimizer state on checkpoint resume"
+    (https://github.com/NVIDIA-NeMo/RL/pull/3171): PPO restored the weights but not the
+    optimiser, silently starting fresh Adam moments on every resume."""
+    from rlhflab.checkpoint import load_checkpoint
+
+    fresh = optimizer.state_dict()
+    point = load_checkpoint(directory, model, optimizer, controller)
+    optimizer.load_state_dict(fresh)
+    return point
+
+
+def restore_keeping_lines_after_checkpoint(directory, model, optimizer, controller):
+    """huggingface/trl PR #3185, "Fix logging when resuming from checkpoint GRPO"
+    (https://github.com/huggingface/trl/pull/3185): a run resumed from a checkpoint logged
+    again the steps the first run had logged after that checkpoint, and the two curves
+    overlapped (here: the lines after the checkpoint kept, the steps logged twice)."""
+    from dataclasses import replace
+
+    from rlhflab.checkpoint import count_lines, load_checkpoint
+
+    point = load_checkpoint(directory, model, optimizer, controller)
+    run = Path(directory).parent.parent
+    return replace(point, metrics_lines=count_lines(run / "metrics" / "ppo.jsonl"),
+                   samples_lines=count_lines(run / "samples" / "ppo.jsonl"))
+
+
+def prompts_one_batch_forever(world, n, seed):
+    """hpcaitech/ColossalAI issue #3746, "[BUG]: code in ppo.py always read same datas from
+    prompt_dataloader" (https://github.com/hpcaitech/ColossalAI/issues/3746): every episode
+    took `next(iter(prompt_dataloader))`, the same first batch, so PPO trained on one batch
+    of prompts."""
+    return world.prompts(n, 0)
+
+
+def prompts_from_the_held_out_part(world, n, seed):
+    """OpenRLHF PR #594, "Ensure train datasets do not contain eval datasets"
+    (https://github.com/OpenRLHF/OpenRLHF/pull/594): the training prompts could hold the
+    evaluation's, so the held-out score measured prompts the policy was trained on (here:
+    the training prompts drawn from the held-out part of the prompt space)."""
+    return world.prompts(n, seed, split="heldout")
+
+
 @dataclass(frozen=True)
 class Bug:
     component: str  # the doctor's component it belongs to
@@ -415,6 +535,7 @@ class Bug:
     config: tuple[str, ...] = ()  # dotted overrides the bug needs to show (a target for a controller bug)
     public: bool = False  # taken from a public bug report in another project
     batch: str = ""  # a later set, scored and kept in a section of its own ("" : the first two sets)
+    crash_at: int = 0  # PPO crashes once this many iterations are logged, then resumes from its checkpoint
 
     def components(self):
         from rlhflab.ppo.components import PPOComponents
@@ -511,6 +632,31 @@ BUGS = {
     "rm_lr_schedule_epochs_squared": Bug("reward_model", "the reward model's schedule sized for E^2 epochs",
                                          {"reward_lr": reward_lr_sized_for_epochs_squared}, public=True,
                                          batch="invariants"),
+    "sft_eos_not_a_target": Bug("stage1", "stage 1 never trained on the EOS token",
+                                {"lm_loss": lm_loss_without_eos}, public=True, batch="pipeline"),
+    "sft_loss_mean_of_sequence_means": Bug("stage1", "stage 1's loss a mean of per-sequence means",
+                                           {"lm_loss": lm_loss_mean_of_sequence_means}, public=True,
+                                           batch="pipeline"),
+    "rm_pairs_in_one_order": Bug("reward_model", "the reward model's pairs in the same order every epoch",
+                                 {"reward_batches": reward_batches_in_one_order}, public=True, batch="pipeline"),
+    "rm_validated_on_training_pairs": Bug("reward_model", "the reward model held out on its own training pairs",
+                                          {"comparison_split": validation_pairs_from_training}, public=True,
+                                          batch="pipeline"),
+    "eval_drops_last_batch": Bug("evaluation", "the held-out evaluation's last partial batch dropped",
+                                 {"evaluate": evaluation_dropping_the_last_batch}, public=True, batch="pipeline"),
+    "resume_resets_kl_coef": Bug("checkpointing", "a resume takes the KL coefficient from the config",
+                                 {"restore": restore_without_kl_controller}, ("ppo.kl_target=2",), public=True,
+                                 batch="pipeline", crash_at=50),
+    "resume_fresh_optimizer": Bug("checkpointing", "a resume starts Adam afresh",
+                                  {"restore": restore_without_optimizer}, public=True, batch="pipeline",
+                                  crash_at=50),
+    "resume_logs_steps_twice": Bug("checkpointing", "a resume logs again the steps after its checkpoint",
+                                   {"restore": restore_keeping_lines_after_checkpoint}, public=True,
+                                   batch="pipeline", crash_at=50),
+    "prompts_one_batch": Bug("prompt_data", "every iteration the same batch of prompts",
+                             {"prompts": prompts_one_batch_forever}, public=True, batch="pipeline"),
+    "prompts_from_held_out": Bug("prompt_data", "training prompts drawn from the held-out part",
+                                 {"prompts": prompts_from_the_held_out_part}, public=True, batch="pipeline"),
 }
 
 
@@ -542,22 +688,21 @@ def run_bug(name: str, base: Path, out: Path, rescore: bool = False, rows: Path 
     from rlhflab.doctor.settings import RunSettings
     from rlhflab.faults_bench import failed_probes
     from rlhflab.runs import RunDir
-    from rlhflab.verify import rerun
 
     bug = BUGS[name]
-    components, config = bug.components(), bug.config_on(base)
+    config = bug.config_on(base)
     run = RunDir(out / name)
     start = time.perf_counter()
     if not rescore:
-        rerun(config, RunDir(base), run, bug.first_stage, components, show_progress=False)
-    probes = run_checkup(config, run, components).results
+        train(bug, config, RunDir(base), run, bug.first_stage)
+    probes = run_checkup(config, run, bug.components()).results
     table, diagnosis = read_and_diagnose(run.root)
     metrics_only = read_and_diagnose(run.root)[0]
     metrics_only.settings = RunSettings()
     log_only = diagnose(metrics_only)
     metrics_view = diagnose(table)  # the log with its config, no checkup: the doctor before the checkup
     row = {"bug": name, "component": bug.component, "what": bug.what, "public": bug.public,
-           "gold_gain": gold_gain(run.root), "healthy_gain": gold_gain(base),
+           "gold_gain": gold_gain(run.root), "healthy_gain": gold_gain(healthy_run(bug, base, out, None)),
            "failed_probes": failed_probes(probes),
            "metric_findings": [f.rule for f in diagnosis.findings if f.rule != CHECKUP_RULE],
            "first": first_component(diagnosis), "log_only_first": first_component(log_only),
@@ -578,15 +723,58 @@ def rerun_at_seed(name: str | None, base: Path, out: Path, seed: int) -> Path:
     from its first run, when the bug is in stage 2) or, with no name, of the healthy base.
     Kept and reused once it finished."""
     from rlhflab.runs import RunDir
-    from rlhflab.verify import rerun
 
     run = out / (f"{name}-seed{seed}" if name else f"healthy-seed{seed}")
     if (run / "metrics" / "eval.json").is_file():
         return run
     bug = BUGS[name] if name else Bug("", "", {})
     source = out / name if bug.first_stage != "ppo" else base
-    rerun(bug.config_on(base, f"ppo.seed={seed}"), RunDir(source), RunDir(run), "ppo", bug.components(),
-          show_progress=False)
+    train(bug, bug.config_on(base, f"ppo.seed={seed}"), RunDir(source), RunDir(run), "ppo")
+    return run
+
+
+class Crash(Exception):
+    """The process dies mid-run (a preempted node, an out-of-memory kill)."""
+
+
+@dataclass
+class CrashAt:
+    """A stop rule that crashes the run once `rows` iterations are logged: whatever was
+    logged after the last checkpoint is there, the checkpoint is behind it."""
+
+    rows: int
+
+    def __call__(self, diagnosis):
+        if diagnosis.steps >= self.rows:
+            raise Crash(f"crashed after {diagnosis.steps} iterations")
+
+
+def train(bug: "Bug", config, source, run, first_stage: str) -> None:
+    """The stages from `first_stage` with the bug's components; a bug with `crash_at` crashes
+    there and resumes from its checkpoint, as a user's rerun after a crash does."""
+    from rlhflab.verify import rerun
+
+    if not bug.crash_at:
+        rerun(config, source, run, first_stage, bug.components(), show_progress=False)
+        return
+    with contextlib.suppress(Crash):
+        rerun(config, source, run, first_stage, bug.components(), show_progress=False, stop_when=CrashAt(bug.crash_at))
+    rerun(config, source, run, "ppo", bug.components(), show_progress=False, resume=True)
+
+
+def healthy_run(bug: "Bug", base: Path, out: Path, seed: int | None) -> Path:
+    """The healthy run a bug is measured against: the base run (at its own seed, `None`) or
+    its PPO stage at `seed`, under the settings the bug needs (`bug.config`) but with every
+    default component."""
+    from rlhflab.runs import RunDir
+
+    if not bug.config:
+        return base if seed is None else rerun_at_seed(None, base, out, seed)
+    settings = "-".join(o.replace("=", "_") for o in bug.config)
+    run = out / f"healthy-{settings}-seed{'base' if seed is None else seed}"
+    if not (run / "metrics" / "eval.json").is_file():
+        overrides = (*bug.config, *(() if seed is None else (f"ppo.seed={seed}",)))
+        train(Bug("", "", {}), Bug("", "", {}).config_on(base, *overrides), RunDir(base), RunDir(run), "ppo")
     return run
 
 
@@ -608,7 +796,8 @@ def last_quarter_means(run: Path) -> dict[str, float]:
 def moved_metrics(name: str, base: Path, out: Path, seeds: list[int]) -> list[str]:
     """The logged numbers whose last-quarter mean, averaged over the bug's runs at `seeds`,
     lies outside the range of the healthy runs' at the same seeds (their seed spread)."""
-    healthy = [last_quarter_means(base if i == 0 else rerun_at_seed(None, base, out, seed))
+    bug = BUGS[name]
+    healthy = [last_quarter_means(healthy_run(bug, base, out, None if i == 0 else seed))
                for i, seed in enumerate(seeds)]
     buggy = [last_quarter_means(out / name if i == 0 else rerun_at_seed(name, base, out, seed))
              for i, seed in enumerate(seeds)]
