@@ -44,6 +44,7 @@ def settings_from_config(config: dict[str, Any]) -> dict[str, Any]:
         settings["kl_in_reward"] = True
     if "rollout" in config:
         settings["importance_sampling_correction"] = config["rollout"].get("correction", "none") != "none"
+        settings["separate_sampler"] = config["rollout"].get("engine", "native") != "native"
     return settings
 
 
