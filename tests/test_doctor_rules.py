@@ -1028,6 +1028,15 @@ def the_advantages_are_zeroed():
     return Trace(table_of(records), "advantages_vanish", 40, tolerance=0, allowed={"pinned_without_its_condition"})
 
 
+@firing_trace("steps_logged_twice")
+def a_resume_that_kept_its_lines():
+    table = table_of(healthy_records(45))
+    # What the rlhflab reader sets on a run whose metrics hold steps 40-49 twice
+    # (tests/test_excuses.py reads such a run).
+    table.repeated_steps, table.one_line_per_step = 10, True
+    return Trace(table, "steps_logged_twice", 0, tolerance=0)
+
+
 @firing_trace("pinned_without_its_condition")
 def the_ratio_is_one_after_several_steps():
     records = modify(healthy_records(44), 40, policy__ratio_mean=lambda k, old: 1.0)

@@ -115,3 +115,19 @@ def test_a_rise_is_a_trend_beyond_the_noise_of_a_level():
     assert rises([0.1 * i for i in range(30)])
     assert not rises([1.0, 1.2, 0.9, 1.1, 1.0, 0.95, 1.05, 1.1, 0.9, 1.0, 1.05, 0.95])
     assert not rises([1.0, 2.0])
+
+
+def test_steps_logged_twice_by_a_writer_that_logs_each_once_are_a_broken_resume(smoke_run, tmp_path):
+    import shutil
+
+    from rlhflab.doctor.formats import read_log
+
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run.root, run, ignore=shutil.ignore_patterns("stage*", "checkpoints"))
+    metrics = run / "metrics" / "ppo.jsonl"
+    lines = metrics.read_text().splitlines(keepends=True)
+    assert "steps_logged_twice" not in {f.rule for f in diagnose(read_log(run)).findings}
+    metrics.write_text("".join(lines + lines[10:15]))  # resumed at 10 with the lines after it kept
+    found = {f.rule: f for f in diagnose(read_log(run)).findings}
+    assert found["steps_logged_twice"].causes[0].component == "checkpointing"
+    assert "5 step(s)" in found["steps_logged_twice"].title

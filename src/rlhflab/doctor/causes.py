@@ -236,6 +236,12 @@ def gradient_not_applied(table: MetricTable) -> Cause:
                                         "its step applies another gradient", None)
 
 
+def resume_bookkeeping(table: MetricTable) -> Cause:
+    return Cause("checkpointing", "a resume that did not restore the run where its checkpoint left it: the lines "
+                                  "logged after the checkpoint kept (so its steps are logged twice), and what else "
+                                  "it restores (the optimiser's moments, the KL coefficient) suspect", None)
+
+
 def reference_is_policy(table: MetricTable) -> Cause:
     return Cause("kl_control", "the reference is the policy (the same module, or a copy updated with it), so the KL "
                                "penalty holds nothing back", None)

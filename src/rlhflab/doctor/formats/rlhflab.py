@@ -100,6 +100,7 @@ DIALECT = Dialect(
     vocabulary={setting: key for key, setting in CONFIG_KEYS.items()}
     | {"importance_sampling_correction": "rollout.correction=token_truncate"},
     verify=True,
+    one_line_per_step=True,
 )
 
 FORMAT = LogFormat(

@@ -387,6 +387,24 @@ def first_ratio_not_one(table: MetricTable) -> Detection | None:
                                FIRST_RATIO.source),))
 
 
+# --- a step logged twice ---------------------------------------------------------------------------
+@rule("steps_logged_twice", "component_bug", causes=(causes.resume_bookkeeping,))
+def steps_logged_twice(table: MetricTable) -> Detection | None:
+    """Steps logged more than once by a trainer whose writer logs each step once, across
+    resumes too (one process writes; a resume drops what was logged after its checkpoint):
+    the resume kept lines it should have dropped, or restored the run at another step than
+    where its checkpoint left it. The reader keeps each step's last values."""
+    if not table.one_line_per_step or not table.repeated_steps:
+        return None
+    steps = table.steps_read or table.repeated_steps
+    return Detection(f"{table.repeated_steps} step(s) logged twice: a resume kept the lines logged after its "
+                     "checkpoint", "medium", 0,
+                     (Evidence("step", 0, {"repeated_steps": float(table.repeated_steps), "steps": float(steps)},
+                               "a step logged more than once by a writer that logs each step once",
+                               "rlhflab/checkpoint.py: a resume truncates the metrics and samples to the lines its "
+                               "checkpoint counted"),))
+
+
 # --- pinned without the condition that would allow it ------------------------------------------
 EXACT_FLOOR = Threshold(
     "EXACT_FLOOR", 1e-6,
