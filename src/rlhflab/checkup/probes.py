@@ -210,7 +210,7 @@ PROBES: tuple[Probe, ...] = (
     # the pipeline around the PPO step: stage 1, stage 2's loop, the held-out evaluation, the resume
     Probe(around.probe_stage1_loss_is_the_token_mean, 3, "a stage-1 objective without the EOS target, or a mean of "
           "per-text means", "stage 1's data and schedule (its own log's losses)", clears=("stage1",),
-          clears_in=("start",)),
+          needs_trainer=True, clears_in=("start",)),
     Probe(around.probe_reward_epochs_reshuffle, 3, "reward-model epochs in one order, or rows missed or repeated",
           "the order within a batch", needs_trainer=True),
     Probe(around.probe_held_out_comparisons_apart, 3, "a reward model held out on its own training comparisons",
