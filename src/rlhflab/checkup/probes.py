@@ -159,7 +159,7 @@ PROBES: tuple[Probe, ...] = (
     # reward model and scaling
     Probe(reward.probe_reward_model_health, 0, "a reward model that misranks held-out pairs or scores mostly length",
           "how the trainer reads it",
-          reads=("sampling",)),
+          reads=("sampling", "stage1")),  # stage 2 learns from stage 1's samples
     Probe(reward.probe_reward_read_at_the_last_token, 3,
           "a score read anywhere but the response's last token: at padding, one token early (before EOS), in the "
           "prompt", "a reward model trained to read another position (the probe holds the trainer to the last token, "
@@ -196,7 +196,7 @@ PROBES: tuple[Probe, ...] = (
     Probe(data.probe_responses_end, 3, "a sampler whose responses do not end (EOS unreachable, a length too short)",
           "a sampler that ends responses but samples the wrong distribution (the sampled-logprobs probe, which clears "
           "sampling with it, sees some of that)", clears=("sampling",),
-          clears_in=("start",)),
+          clears_in=("start",), reads=("stage1",)),  # a policy that never learnt to stop does not end
     Probe(data.probe_prompts_distinct, 3, "a first batch of repeated prompts", "prompts that are varied but wrong",
           clears=("prompt_data",), clears_in=("start",)),
     Probe(data.probe_prompts_begin_with_one_bos, 3, "prompts whose text already holds the BOS token the encoder adds",
