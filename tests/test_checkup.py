@@ -12,6 +12,7 @@ import torch
 from rlhflab.checkup import (
     PROBES,
     ProbeContext,
+    around,
     credit,
     data,
     gradients,
@@ -356,6 +357,59 @@ def reward_lr_constant_after_warmup(base_lr, step, steps_per_epoch, epochs):
     return base_lr * min(1.0, (step + 1) / warmup)
 
 
+def lm_loss_mean_of_text_means(model, ids, mask, loss_mask):
+    """Each text's mean over its own targets, then the mean over texts."""
+    logits = model(input_ids=ids, attention_mask=mask.long()).logits
+    nll = -torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    targets = loss_mask[:, 1:]
+    return ((nll * targets).sum(1) / targets.sum(1)).mean()
+
+
+def lm_loss_without_the_eos(model, ids, mask, loss_mask):
+    """The EOS target dropped (the pad token is the EOS token, and padding is masked)."""
+    from rlhflab.models.lm_loss import lm_loss
+
+    return lm_loss(model, ids, mask, loss_mask & (ids != model.config.eos_token_id))
+
+
+def reward_batches_seeded_afresh(lengths, batch_size, generator, pool=50):
+    """Every epoch's shuffle seeded the same: one order for all epochs."""
+    from rlhflab.data.batching import length_grouped_batches
+
+    return length_grouped_batches(lengths, batch_size, torch.Generator().manual_seed(1), pool)
+
+
+def comparison_split_overlapping(n_train, n_val):
+    """The held-out comparisons taken from the start of the training ones."""
+    return torch.arange(n_train), torch.arange(n_val)
+
+
+def evaluate_without_the_last_prompts(state, world, prompts, response_length, temperature, streams):
+    """The evaluation's last (partial) batch of 4 left out."""
+    from rlhflab.ppo.evaluation import evaluate_policy
+
+    return evaluate_policy(state, world, prompts[: len(prompts) // 4 * 4], response_length, temperature, streams)
+
+
+def restore_weights_only(directory, model, optimizer, controller):
+    """Everything restored but Adam's moments, which start afresh."""
+    from rlhflab.checkpoint import load_checkpoint
+
+    fresh = optimizer.state_dict()
+    point = load_checkpoint(directory, model, optimizer, controller)
+    optimizer.load_state_dict(fresh)
+    return point
+
+
+def prompts_of_one_seed(world, n, seed):
+    """The same batch at every iteration."""
+    return world.prompts(n, 0)
+
+
+def prompts_from_the_held_out_part(world, n, seed):
+    return world.prompts(n, seed, split="heldout")
+
+
 # (probe, a broken implementation of what it guards)
 BROKEN = [
     (logprobs.probe_kl_zero_before_update, broken(make_reference=reference_perturbed)),
@@ -398,6 +452,14 @@ BROKEN = [
     (preferences.probe_preference_pairs_follow_the_labels, broken(preference_pairs=preference_pairs_second_preferred)),
     (preferences.probe_preference_loss_is_bradley_terry, broken(preference_loss=preference_loss_summed)),
     (preferences.probe_reward_lr_falls_to_its_end, broken(reward_lr=reward_lr_constant_after_warmup)),
+    (around.probe_stage1_loss_is_the_token_mean, broken(lm_loss=lm_loss_mean_of_text_means)),
+    (around.probe_stage1_loss_is_the_token_mean, broken(lm_loss=lm_loss_without_the_eos)),
+    (around.probe_reward_epochs_reshuffle, broken(reward_batches=reward_batches_seeded_afresh)),
+    (around.probe_held_out_comparisons_apart, broken(comparison_split=comparison_split_overlapping)),
+    (around.probe_evaluation_scores_every_prompt, broken(evaluate=evaluate_without_the_last_prompts)),
+    (around.probe_resume_restores_what_was_saved, broken(restore=restore_weights_only)),
+    (around.probe_prompts_change_between_iterations, broken(prompts=prompts_of_one_seed)),
+    (around.probe_training_prompts_not_held_out, broken(prompts=prompts_from_the_held_out_part)),
 ]
 
 

@@ -209,9 +209,9 @@ def test_rlhflab_settings_keys_are_config_fields_and_settings_fields():
     from rlhflab.config import PipelineConfig
 
     settings = settings_from_config(asdict(PipelineConfig()))
-    # kl_target is unset by default; the controller's kind and where the KL sits are read beside the keys
+    # kl_target is unset by default; the controller's kind, where the KL sits and who samples are read beside the keys
     assert set(settings) == set(CONFIG_KEYS.values()) - {"kl_target"} | {"kl_controller", "kl_in_reward",
-                                                                         "importance_sampling_correction"}
+                                                                         "importance_sampling_correction", "separate_sampler"}
     assert set(CONFIG_KEYS.values()) <= set(SETTING_NAMES)
 
 

@@ -272,8 +272,9 @@ def controller_stuck_off_target():
     records = modify(healthy_records(4), 20, kl__mean=lambda k, old: 12.0)  # 2x target
     records = adaptive_coef(records, 6.0, frozen_from=20)  # beta stops moving at step 20
     # KL at twice the target is also an explosion under the target rule.
+    # A frozen adaptive beta is also a coefficient pinned without a fixed controller.
     return Trace(table_of(records, **DEMO, kl_target=6.0), "kl_controller_wrong_way", 21, tolerance=3,
-                 allowed={"kl_explosion"})
+                 allowed={"kl_explosion", "pinned_without_its_condition"})
 
 
 def test_kl_controller_stuck_off_target():
@@ -1023,7 +1024,23 @@ def the_critic_regresses_onto_itself():
 @firing_trace("advantages_vanish")
 def the_advantages_are_zeroed():
     records = modify(healthy_records(43), 0, adv__std=lambda k, old: 0.0, adv__mean=lambda k, old: 0.0)
-    return Trace(table_of(records), "advantages_vanish", 40, tolerance=0)
+    # Their mean, exactly 0 without whitening, is the same zeroing seen again.
+    return Trace(table_of(records), "advantages_vanish", 40, tolerance=0, allowed={"pinned_without_its_condition"})
+
+
+@firing_trace("steps_logged_twice")
+def a_resume_that_kept_its_lines():
+    table = table_of(healthy_records(45))
+    # What the rlhflab reader sets on a run whose metrics hold steps 40-49 twice
+    # (tests/test_excuses.py reads such a run).
+    table.repeated_steps, table.one_line_per_step = 10, True
+    return Trace(table, "steps_logged_twice", 0, tolerance=0)
+
+
+@firing_trace("pinned_without_its_condition")
+def the_ratio_is_one_after_several_steps():
+    records = modify(healthy_records(44), 40, policy__ratio_mean=lambda k, old: 1.0)
+    return Trace(table_of(records, **DEMO, epochs=2, minibatches=4), "pinned_without_its_condition", 40, tolerance=0)
 
 
 def test_zero_advantages_of_rewards_that_do_not_vary_are_not_a_bug():

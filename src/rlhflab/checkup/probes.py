@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from rlhflab.checkup import credit, data, gradients, kl, logprobs, masks, optimizer, preferences, reward, update
+from rlhflab.checkup import around, credit, data, gradients, kl, logprobs, masks, optimizer, preferences, reward, update
 from rlhflab.checkup.context import ProbeContext
 from rlhflab.checkup.results import ProbeResult, ProbeSkipped
 from rlhflab.checkup.settings import SettingReport, check_settings
@@ -159,7 +159,7 @@ PROBES: tuple[Probe, ...] = (
     # reward model and scaling
     Probe(reward.probe_reward_model_health, 0, "a reward model that misranks held-out pairs or scores mostly length",
           "how the trainer reads it",
-          reads=("sampling",)),
+          reads=("sampling", "stage1")),  # stage 2 learns from stage 1's samples
     Probe(reward.probe_reward_read_at_the_last_token, 3,
           "a score read anywhere but the response's last token: at padding, one token early (before EOS), in the "
           "prompt", "a reward model trained to read another position (the probe holds the trainer to the last token, "
@@ -196,12 +196,31 @@ PROBES: tuple[Probe, ...] = (
     Probe(data.probe_responses_end, 3, "a sampler whose responses do not end (EOS unreachable, a length too short)",
           "a sampler that ends responses but samples the wrong distribution (the sampled-logprobs probe, which clears "
           "sampling with it, sees some of that)", clears=("sampling",),
-          clears_in=("start",)),
+          clears_in=("start",), reads=("stage1",)),  # a policy that never learnt to stop does not end
     Probe(data.probe_prompts_distinct, 3, "a first batch of repeated prompts", "prompts that are varied but wrong",
           clears=("prompt_data",), clears_in=("start",)),
     Probe(data.probe_prompts_begin_with_one_bos, 3, "prompts whose text already holds the BOS token the encoder adds",
           "other special tokens a template writes (legitimately, for chat models)", clears=("prompt_data",),
           clears_in=("start",)),
+    Probe(around.probe_prompts_change_between_iterations, 3, "a loader that gives every iteration the same batch",
+          "prompts that change but repeat over longer cycles", clears=("prompt_data",), clears_in=("start",)),
+    Probe(around.probe_training_prompts_not_held_out, 3, "training prompts drawn from the held-out part of the "
+          "world's prompt space", "the run's own prompt files (split when read)", clears=("prompt_data",),
+          clears_in=("start",)),
+    # the pipeline around the PPO step: stage 1, stage 2's loop, the held-out evaluation, the resume
+    Probe(around.probe_stage1_loss_is_the_token_mean, 3, "a stage-1 objective without the EOS target, or a mean of "
+          "per-text means", "stage 1's data and schedule (its own log's losses)", clears=("stage1",),
+          needs_trainer=True, clears_in=("start",)),
+    Probe(around.probe_reward_epochs_reshuffle, 3, "reward-model epochs in one order, or rows missed or repeated",
+          "the order within a batch", needs_trainer=True),
+    Probe(around.probe_held_out_comparisons_apart, 3, "a reward model held out on its own training comparisons",
+          "the user's preference file (split when read)", needs_trainer=True),
+    Probe(around.probe_evaluation_scores_every_prompt, 3, "an evaluation that drops prompts or scores other responses",
+          "the evaluation's gold (the world's, not a component)", clears=("evaluation",), needs_trainer=True,
+          clears_in=("start",)),
+    Probe(around.probe_resume_restores_what_was_saved, 3, "a resume that loses Adam's moments, the KL coefficient or "
+          "the log's place", "a checkpoint's sharding over several processes (tests/test_resume.py)",
+          clears=("checkpointing",), needs_trainer=True, clears_in=("start",)),
 )
 
 

@@ -220,6 +220,28 @@ def optimizer_step(table: MetricTable) -> Cause:
                                         "division by a zero std, an overflow in half precision", None)
 
 
+def reward_not_read(table: MetricTable) -> Cause:
+    return Cause("reward_model", "the score PPO is paid is not the reward model's: zeroed, masked out, or read where "
+                                 "the model writes nothing", None)
+
+
+def held_out_evaluation(table: MetricTable) -> Cause:
+    return Cause("evaluation", "the held-out evaluation does not score what it samples: its scores zeroed, or taken "
+                               "from other responses than the policy's", None)
+
+
+def gradient_not_applied(table: MetricTable) -> Cause:
+    return Cause("ppo_hyperparameters", "the update loop: the gradient norm it logs is not the gradient that moves the "
+                                        "policy (measured after the gradients were cleared, or before backward), or "
+                                        "its step applies another gradient", None)
+
+
+def resume_bookkeeping(table: MetricTable) -> Cause:
+    return Cause("checkpointing", "a resume that did not restore the run where its checkpoint left it: the lines "
+                                  "logged after the checkpoint kept (so its steps are logged twice), and what else "
+                                  "it restores (the optimiser's moments, the KL coefficient) suspect", None)
+
+
 def reference_is_policy(table: MetricTable) -> Cause:
     return Cause("kl_control", "the reference is the policy (the same module, or a copy updated with it), so the KL "
                                "penalty holds nothing back", None)

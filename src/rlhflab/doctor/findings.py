@@ -10,7 +10,7 @@ Symptom = Literal["exploding_kl", "mode_collapse", "reward_hacking", "ppo_instab
 Severity = Literal["high", "medium", "low"]
 Component = Literal[
     "kl_control", "ppo_hyperparameters", "advantages_values", "logprob_bookkeeping",
-    "reward_model", "reward_scaling", "prompt_data", "sampling",
+    "reward_model", "reward_scaling", "prompt_data", "sampling", "evaluation", "stage1", "checkpointing",
 ]
 SettingValue = Union[float, int, bool, str, None]
 

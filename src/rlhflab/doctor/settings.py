@@ -60,6 +60,9 @@ class RunSettings:
     importance_sampling_correction: Optional[bool] = None
     """Whether the loss weights tokens by the trainer/sampler probability ratio (truncated
     importance sampling, Yao et al. 2025) to correct for the inference engine's mismatch."""
+    separate_sampler: Optional[bool] = None
+    """Whether an inference engine (vLLM, SGLang) samples the rollouts rather than the
+    trainer's own forward; None where the log does not tell."""
     has_gold: bool = False
     """Whether the log holds a gold or held-out evaluation signal (`reward/gold_mean`)."""
 

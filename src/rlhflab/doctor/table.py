@@ -44,6 +44,8 @@ class MetricTable:
     guesses: list[dict] = field(default_factory=list)  # names read by spelling: name, taken_for, why
     samples: list = field(default_factory=list)  # the SampleSets read beside the log (doctor/samples.py)
     truth: RatedTruth | None = None  # reward/gold_mean measured by a rating study, with its intervals (doctor/truth.py)
+    repeated_steps: int = 0  # steps the log holds more than once (their last values kept)
+    one_line_per_step: bool = False  # the trainer's writer logs each step once, across resumes too
 
     def get(self, name: str, any_unit: bool = False) -> Series | None:
         """The series of `name` in its canonical unit; one the table could not convert is

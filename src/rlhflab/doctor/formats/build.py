@@ -166,6 +166,7 @@ def build_table(raw: RawLog, fmt: LogFormat, mapping: UserMapping, source: str,
     table.guesses = [{"name": g.name, "taken_for": g.metric, "why": g.why} for g in guesses]
     table.estimators = plan.estimators
     table.format, table.vocabulary, table.verifiable = fmt.name, dict(dialect.vocabulary), dialect.verify
+    table.repeated_steps, table.one_line_per_step = repeated, dialect.one_line_per_step
     unknown_settings = set(raw.settings) - set(SETTING_NAMES)
     if unknown_settings:
         raise ValueError(f"format {fmt.name}: unknown RunSettings field(s) {sorted(unknown_settings)}")

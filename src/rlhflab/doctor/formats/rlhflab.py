@@ -44,6 +44,7 @@ def settings_from_config(config: dict[str, Any]) -> dict[str, Any]:
         settings["kl_in_reward"] = True
     if "rollout" in config:
         settings["importance_sampling_correction"] = config["rollout"].get("correction", "none") != "none"
+        settings["separate_sampler"] = config["rollout"].get("engine", "native") != "native"
     return settings
 
 
@@ -99,6 +100,7 @@ DIALECT = Dialect(
     vocabulary={setting: key for key, setting in CONFIG_KEYS.items()}
     | {"importance_sampling_correction": "rollout.correction=token_truncate"},
     verify=True,
+    one_line_per_step=True,
 )
 
 FORMAT = LogFormat(

@@ -89,6 +89,9 @@ class Dialect:
     held_out: tuple[re.Pattern[str], ...] = ()
     interpret: Callable[[MetricTable, frozenset[str]], None] | None = None
     verify: bool = False  # `rlhflab verify` can rerun a run of this trainer
+    # Its writer logs each step once, across resumes too (one process writes; a resume drops
+    # what was logged after its checkpoint): a step logged twice is then a broken resume.
+    one_line_per_step: bool = False
 
 
 # Logs in canonical names only (a CSV written for the doctor, rlhflab's own metrics files).

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rlhflab.doctor import causes
-from rlhflab.doctor.findings import Evidence
+from rlhflab.doctor.causes import Clue
+from rlhflab.doctor.excuses import EXCUSES, Excuse, at_steps, rises
+from rlhflab.doctor.findings import Cause, Evidence
 from rlhflab.doctor.metrics import CANONICAL
 from rlhflab.doctor.rules.registry import Detection, Threshold, evidence, rule
 from rlhflab.doctor.signals import printed_resolution, resolution
@@ -104,12 +106,37 @@ DEAD_GRAD_FRACTION = Threshold(
     "labelled runs have none (bench/impossible_numbers.py), the TRL GRPO run whose answers collapsed has 0.89")
 
 
+def _moves_without_gradient(table: MetricTable) -> Cause | None:
+    """A gradient norm exactly 0 on the steps where the policy moves (an approx-KL above 0,
+    or a KL to the reference that rises over them): a policy moves only by a gradient, so
+    the norm logged is not the gradient applied, and the update loop that computes and
+    applies it is at fault, not the reward."""
+    grad = table.get("policy/grad_norm")
+    dead = pinned_at_zero(table, grad, GRAD_NORM_FLOOR, DEAD_GRAD_FRACTION)
+    if dead is None:
+        return None
+    steps = [grad.steps[i] for i in dead]
+    approxkl = at_steps(table, "policy/approxkl", steps)
+    found = logged_kl(table)
+    kl = at_steps(table, found[0], steps, any_unit=True) if found is not None else None
+    if (approxkl is not None and statistics.median(approxkl) > 0) or (kl is not None and rises(kl)):
+        return causes.gradient_not_applied(table)
+    return None
+
+
+MOVES_WITHOUT_GRADIENT = Clue("moves_without_gradient", 10, _moves_without_gradient,
+                              "the policy moves (approx-KL above 0, or a KL to the reference that rises) on the "
+                              "steps whose gradient norm is exactly 0")
+
+
 @rule("dead_gradients", "ppo_instability", requires=("policy/grad_norm",),
-      thresholds=(DEAD_GRAD_FRACTION, GRAD_NORM_FLOOR), causes=(causes.exploitable_reward_model, causes.step_size))
+      thresholds=(DEAD_GRAD_FRACTION, GRAD_NORM_FLOOR), causes=(causes.exploitable_reward_model, causes.step_size),
+      clues=(MOVES_WITHOUT_GRADIENT,))
 def dead_gradients(table: MetricTable) -> Detection | None:
     """Gradient norm exactly 0 on most late steps: no learning signal reaches the policy
     (every advantage 0: a group whose answers are all alike, a reward that no longer
-    varies)."""
+    varies), or, where the policy moves on those steps, the norm logged is not the gradient
+    that moves it (the update loop)."""
     g = table.get("policy/grad_norm")
     dead = pinned_at_zero(table, g, GRAD_NORM_FLOOR, DEAD_GRAD_FRACTION)
     if dead is None:
@@ -360,6 +387,94 @@ def first_ratio_not_one(table: MetricTable) -> Detection | None:
                                FIRST_RATIO.source),))
 
 
+# --- a step logged twice ---------------------------------------------------------------------------
+@rule("steps_logged_twice", "component_bug", causes=(causes.resume_bookkeeping,))
+def steps_logged_twice(table: MetricTable) -> Detection | None:
+    """Steps logged more than once by a trainer whose writer logs each step once, across
+    resumes too (one process writes; a resume drops what was logged after its checkpoint):
+    the resume kept lines it should have dropped, or restored the run at another step than
+    where its checkpoint left it. The reader keeps each step's last values."""
+    if not table.one_line_per_step or not table.repeated_steps:
+        return None
+    steps = table.steps_read or table.repeated_steps
+    return Detection(f"{table.repeated_steps} step(s) logged twice: a resume kept the lines logged after its "
+                     "checkpoint", "medium", 0,
+                     (Evidence("step", 0, {"repeated_steps": float(table.repeated_steps), "steps": float(steps)},
+                               "a step logged more than once by a writer that logs each step once",
+                               "rlhflab/checkpoint.py: a resume truncates the metrics and samples to the lines its "
+                               "checkpoint counted"),))
+
+
+# --- pinned without the condition that would allow it ------------------------------------------
+EXACT_FLOOR = Threshold(
+    "EXACT_FLOOR", 1e-6,
+    "the printed precision at which a number computed in floating point from sampled data shows its noise: a log "
+    "writing every digit (rlhflab's JSON, veRL's and OpenRLHF's consoles at 4-6 digits of small values) is held, a "
+    "console rounding to 3-4 decimals is not")
+TARGETS = {"exactly 0": 0.0, "exactly 1": 1.0}
+
+
+def pinned_steps(table: MetricTable, series: Series | None, pin: str) -> list[int] | None:
+    """The second-half indices where `series` is pinned (`pin`), when they are more than
+    SHARE of it and the log prints the digits where a computed number's noise shows."""
+    if series is None or len(series) < 2 * MIN_STEPS:
+        return None
+    half = second_half(series)
+    if pin == "exactly constant":
+        hits = list(half) if len({series.values[i] for i in half}) == 1 else []
+    else:
+        hits = [i for i in half if series.values[i] == TARGETS[pin]]
+    if len(hits) < MIN_STEPS or len(hits) <= SHARE.value * len(half):
+        return None
+    return hits if printed_resolution(table, series) < EXACT_FLOOR.value else None
+
+
+def unexcused(table: MetricTable, metric: str, excuse: Excuse) -> tuple[list[int], str] | None:
+    """The pinned indices of `metric` and why its excuse fails there, or None."""
+    series = table.get(metric)
+    pinned = pinned_steps(table, series, excuse.pin)
+    if pinned is None:
+        return None
+    holds, why = excuse.holds(table, [series.steps[i] for i in pinned])
+    return (pinned, why) if holds is False else None
+
+
+def _clue(order: int, metric: str, excuse: Excuse) -> Clue:
+    def find(table: MetricTable) -> Cause | None:
+        return excuse.computed_by(table) if unexcused(table, metric, excuse) is not None else None
+
+    # The first metric of the registry's order that is pinned speaks last, so it ranks first;
+    # above every other clue's priority, so each is unique.
+    return Clue(f"unexcused_{metric}", 100 + len(EXCUSES) - order, find,
+                f"{metric} {excuse.pin} while its condition does not hold: the component that computes it")
+
+
+@rule("pinned_without_its_condition", "component_bug", thresholds=(SHARE, EXACT_FLOOR),
+      causes=tuple(dict.fromkeys(e.computed_by for e in EXCUSES.values())),
+      clues=tuple(_clue(i, metric, e) for i, (metric, e) in enumerate(EXCUSES.items())))
+def pinned_without_its_condition(table: MetricTable) -> Detection | None:
+    """A number a healthy run logs exactly 0, exactly 1 or exactly constant only under a
+    condition (a sparse reward, one optimiser step per batch, a fixed coefficient, every
+    response cut at the limit; doctor/excuses.py), pinned on most late steps of a run where
+    the log shows that condition does not hold: the component that computes it is wrong."""
+    found = []
+    for metric, excuse in EXCUSES.items():
+        hit = unexcused(table, metric, excuse)
+        if hit is not None:
+            found.append((metric, excuse, *hit))
+    if not found:
+        return None
+    metric, excuse, pinned, why = found[0]
+    series = table.get(metric)
+    return Detection(
+        f"{metric} is {excuse.pin.removeprefix('exactly ')} on {len(pinned)} of the last "
+        f"{len(second_half(series))} steps without the condition that allows it: {why}"
+        + (f" (and {', '.join(m for m, *_ in found[1:])})" if len(found) > 1 else ""),
+        "medium", series.steps[pinned[0]],
+        tuple(evidence(m, table.get(m), p[0], f"{m} {e.pin} on more than {SHARE.value:.0%} of the second half; "
+                       f"{w}", e.reason, pinned_steps=float(len(p))) for m, e, p, w in found))
+
+
 # --- the decisions, one per canonical metric ------------------------------------------------------
 PINNED: tuple[Pinned, ...] = (
     Pinned("policy/grad_norm", "exactly 0", "the gradient of a loss over sampled tokens with any nonzero advantage "
@@ -380,43 +495,19 @@ PINNED: tuple[Pinned, ...] = (
            "entropy_frozen", ENTROPY_STEP_FLOOR),
     Pinned("policy/ratio_first", "other than 1", "before any step pi / pi_old = exp(0) = 1", "first_ratio_not_one", FIRST_RATIO),
 )
-_SETTING = "a setting: constant by design"
 _BOOKKEEPING = "bookkeeping, not the policy's numbers"
-_MAY_PIN = "may be 0 or constant in a healthy run: "
-FREE: dict[str, str] = {
-    "reward/proxy_mean": _MAY_PIN + "a sparse reward (0 or 1) can sit at 0 until the first success",
-    "reward/proxy_std": _MAY_PIN + "0 when every response of a step scores alike (solved or failed alike)",
-    "reward/gold_mean": _MAY_PIN + "a held-out score starts at 0 on a hard task",
-    "reward/total_mean": _MAY_PIN + "as the proxy",
-    "reward/score_mean": _MAY_PIN + "as the proxy",
-    "reward/zero_std_frac": _MAY_PIN + "0 when every group's rewards vary, 1 when none do",
-    "kl/coef": _SETTING + " (a fixed beta)",
-    "policy/ratio_mean": _MAY_PIN + "1 on average, the clip holds it near 1",
-    "policy/ratio_max": _MAY_PIN + "1 exactly with one step per batch",
-    "policy/loss": _MAY_PIN + "exactly 0 at the first step of a batch with whitened advantages, and for GRPO on "
-                              "policy (its value is not its gradient)",
-    "value/clipfrac": _MAY_PIN + "0 when the value clip is wide or off",
-    "value/explained_variance": _MAY_PIN + "near 0 for a critic that learns slowly",
-    "adv/mean": _MAY_PIN + "exactly 0 after whitening",
-    "response/length_mean": _MAY_PIN + "every response cut at the length limit",
-    "response/eos_rate": _MAY_PIN + "0 while every response is cut at the limit",
-    "response/truncated_frac": _MAY_PIN + "0 or 1 for long stretches",
+_STATES = "a fraction whose ends are both healthy states: "
+FREE: dict[str, str | Excuse] = dict(EXCUSES) | {
+    "reward/zero_std_frac": _STATES + "0 (every group's rewards vary) and 1 (none do)",
+    "response/truncated_frac": _STATES + "0 (every response ends) and 1 (every one is cut)",
+    "response/identical_frac": "0 is the healthy state (no two responses the same)",
     "response/distinct_1": "a symptom, judged by the collapse rules", "response/distinct_2":
         "a symptom, judged by the collapse rules", "response/self_bleu": "a symptom, judged by the collapse rules",
-    "response/identical_frac": _MAY_PIN + "0 while responses differ",
-    "reward/length_corr": _MAY_PIN + "near 0 for a reward that ignores length",
-    "mismatch/logp_abs_diff": _MAY_PIN + "0 when the sampler is the trainer",
-    "mismatch/prob_abs_diff": _MAY_PIN + "0 when the sampler is the trainer",
-    "mismatch/kl": _MAY_PIN + "0 when the sampler is the trainer",
-    "mismatch/prob_ratio_error": _MAY_PIN + "1 when the sampler is the trainer",
-    "mismatch/is_ratio_mean": _MAY_PIN + "1 when the sampler is the trainer",
-    "prompts/unique_frac": _MAY_PIN + "1 for a dataset of distinct prompts",
-    "guard/skipped_updates": _MAY_PIN + "0 in every finite run",
+    "prompts/unique_frac": "1 is the healthy state (every prompt of a batch distinct)",
+    "guard/skipped_updates": "0 is the healthy state (no update skipped)",
     "epoch": _BOOKKEEPING, "time/rollout_s": _BOOKKEEPING, "time/train_s": _BOOKKEEPING,
     "time/score_s": _BOOKKEEPING, "time/advantages_s": _BOOKKEEPING, "tokens/generated": _BOOKKEEPING,
     "memory/peak_gib": _BOOKKEEPING, "time/sync_s": _BOOKKEEPING,
-    "correction/weight_mean": _MAY_PIN + "1 when the sampler is the trainer",
-    "correction/changed_frac": _MAY_PIN + "0 when the sampler is the trainer",
     "rm/train_loss": "stage 2, judged by the reward-model rules", "rm/train_acc": "stage 2 (1.0 on a small set)",
     "rm/val_acc": "stage 2", "rm/gold_agreement": "stage 2", "rm/length_corr": "stage 2",
     "lm/train_loss": "stage 1", "lm/val_loss": "stage 1", "lm/grammatical_rate": "stage 1",
@@ -430,4 +521,11 @@ def decisions() -> list[tuple[str, str, str, str, Threshold | None]]:
     canonical metric, in the registry's order: the generated table of docs/doctor.md."""
     pinned = {p.metric: p for p in PINNED}
     return [(name, pinned[name].pin, pinned[name].principle, pinned[name].rule, pinned[name].floor)
-            if name in pinned else (name, "-", FREE[name], "", None) for name in CANONICAL]
+            if name in pinned else _free_row(name) for name in CANONICAL]
+
+
+def _free_row(name: str) -> tuple[str, str, str, str, Threshold | None]:
+    why = FREE[name]
+    if isinstance(why, Excuse):  # held where its condition does not hold
+        return name, f"{why.pin} unless its condition holds", why.reason, "pinned_without_its_condition", EXACT_FLOOR
+    return name, "-", why, "", None
