@@ -683,7 +683,8 @@ def test_the_checkup_runs_every_probe_on_the_healthy_pipeline_and_clears_compone
     saved = json.loads((smoke_run.root / "checkup.json").read_text())
     assert {p["name"] for p in saved["probes"]} == {r.name for r in results}
     assert saved["skipped"] == {}
-    assert set(saved["cleared"]) == {"logprob_bookkeeping", "reward_scaling", "sampling", "prompt_data"}
+    assert set(saved["cleared"]) == {"logprob_bookkeeping", "reward_scaling", "sampling", "prompt_data", "stage1",
+                                     "evaluation", "checkpointing"}
     (smoke_run.root / "checkup.json").unlink()  # leave the shared run as it was
 
 

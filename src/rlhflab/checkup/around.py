@@ -114,27 +114,24 @@ def probe_evaluation_scores_every_prompt(ctx: ProbeContext) -> ProbeResult:
 # --- the resume -----------------------------------------------------------------------------------------
 def probe_resume_restores_what_was_saved(ctx: ProbeContext) -> ProbeResult:
     """A checkpoint of a small model with Adam's moments and an adaptive KL controller,
-    written as the run writes it, then every part changed, then restored by the run's
-    `restore`: the weights, the moments, the controller's coefficient and the lines of the
-    log it says to keep must be those saved (a resume that starts Adam afresh, takes the
-    coefficient from the config, or keeps the lines logged after the checkpoint differs)."""
+    written as the run writes it, then restored by the run's `restore` into fresh ones, as
+    a restarted process builds them: the weights, the moments, the controller's
+    coefficient, the next iteration and the lines of the log to keep must be those saved (a
+    resume that starts Adam afresh, takes the coefficient from the config, or keeps the lines
+    logged after the checkpoint differs)."""
     torch.manual_seed(derive_seed(ctx.config.seed, "checkup", "resume"))
-    model = torch.nn.Linear(4, 3)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    controller = AdaptiveKLController(0.2, 6.0, 256)
 
-    def train_a_step() -> None:
+    def fresh() -> tuple[torch.nn.Module, torch.optim.Optimizer, AdaptiveKLController]:
+        model = torch.nn.Linear(4, 3)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-2), AdaptiveKLController(0.2, 6.0, 256)
+
+    model, optimizer, controller = fresh()
+    for _ in range(3):
         optimizer.zero_grad()
         model(torch.randn(8, 4)).pow(2).sum().backward()
         optimizer.step()
         controller.update(12.0, 64)
-
-    for _ in range(3):
-        train_a_step()
     saved = ResumePoint(7, 7, 14, {"kl_mean": 1.0})
-    weights = {k: v.clone() for k, v in model.state_dict().items()}
-    moments = [optimizer.state[p]["exp_avg"].clone() for p in model.parameters()]
-    coef = controller.value
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp)
         directory = run / "checkpoints" / "ppo"
@@ -142,13 +139,16 @@ def probe_resume_restores_what_was_saved(ctx: ProbeContext) -> ProbeResult:
         for name in ("metrics/ppo.jsonl", "samples/ppo.jsonl"):  # lines logged after the checkpoint
             (run / name).parent.mkdir(parents=True, exist_ok=True)
             (run / name).write_text("".join(json.dumps({"step": s}) + "\n" for s in range(20)))
-        train_a_step()
-        point = ctx.state.components.restore(directory, model, optimizer, controller)
-    gaps = {"weights": max(float((model.state_dict()[k] - v).abs().max()) for k, v in weights.items()),
-            "Adam's moments": max((float((optimizer.state[p]["exp_avg"] - m).abs().max())
-                                   if "exp_avg" in optimizer.state[p] else math.inf)
-                                  for p, m in zip(model.parameters(), moments)),
-            "KL coefficient": abs(controller.value - coef),
+        restored, restored_optimizer, restored_controller = fresh()
+        point = ctx.state.components.restore(directory, restored, restored_optimizer, restored_controller)
+
+    def moments(opt: torch.optim.Optimizer, module: torch.nn.Module) -> list[torch.Tensor | None]:
+        return [opt.state[p].get("exp_avg") for p in module.parameters()]
+
+    gaps = {"weights": max(float((restored.state_dict()[k] - v).abs().max()) for k, v in model.state_dict().items()),
+            "Adam's moments": max(float((m - saved_m).abs().max()) if m is not None else math.inf
+                                  for m, saved_m in zip(moments(restored_optimizer, restored), moments(optimizer, model))),
+            "KL coefficient": abs(restored_controller.value - controller.value),
             "lines kept": float(abs(point.metrics_lines - saved.metrics_lines)
                                 + abs(point.samples_lines - saved.samples_lines)),
             "next iteration": float(abs(point.next_step - saved.next_step))}
