@@ -96,8 +96,11 @@ def probe_evaluation_scores_every_prompt(ctx: ProbeContext) -> ProbeResult:
     prompts = ctx.prompts[:10]
     streams = RowStreams(derive_seed(ctx.config.seed, "checkup", "evaluation"), ("eval",), list(range(len(prompts))))
     with torch.no_grad():
-        metrics = ctx.state.components.evaluate(ctx.state, ctx.world, prompts, cfg.response_length, cfg.temperature,
-                                                streams)
+        try:
+            metrics = ctx.state.components.evaluate(ctx.state, ctx.world, prompts, cfg.response_length,
+                                                    cfg.temperature, streams)
+        except (ArithmeticError, IndexError, ValueError) as err:  # an evaluation of no prompt divides by 0
+            metrics = {"error": f"{type(err).__name__}: {err}"}
         rollout, _ = make_rollout(ctx.state, prompts, streams.subset(list(range(len(prompts)))), cfg.response_length,
                                   cfg.temperature, NativeSampler(ctx.state.components.sample))
     expected = {"length_mean": float(rollout.mask.sum(1).double().mean()),
@@ -108,7 +111,7 @@ def probe_evaluation_scores_every_prompt(ctx: ProbeContext) -> ProbeResult:
     measured = gaps[worst] if not math.isnan(gaps[worst]) else math.inf
     return within("evaluation_scores_every_prompt", "evaluation", measured, 1e-5,
                   f"largest relative gap between the evaluation's metrics on {len(prompts)} prompts and their "
-                  f"rollout's ({worst}: {metrics.get(worst)} against {expected[worst]:.6g})")
+                  f"rollout's ({worst}: {metrics.get(worst, metrics.get('error'))} against {expected[worst]:.6g})")
 
 
 # --- the resume -----------------------------------------------------------------------------------------
