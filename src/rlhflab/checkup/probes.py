@@ -215,9 +215,11 @@ PROBES: tuple[Probe, ...] = (
           "the order within a batch", needs_trainer=True),
     Probe(around.probe_held_out_comparisons_apart, 3, "a reward model held out on its own training comparisons",
           "the user's preference file (split when read)", needs_trainer=True),
+    # The evaluation samples and scores through the rollout's components: a forward that is not
+    # deterministic (dropout left on) makes its two paths differ too.
     Probe(around.probe_evaluation_scores_every_prompt, 3, "an evaluation that drops prompts or scores other responses",
           "the evaluation's gold (the world's, not a component)", clears=("evaluation",), needs_trainer=True,
-          clears_in=("start",)),
+          clears_in=("start",), reads=("logprob_bookkeeping", "sampling", "reward_model", "kl_control")),
     Probe(around.probe_resume_restores_what_was_saved, 3, "a resume that loses Adam's moments, the KL coefficient or "
           "the log's place", "a checkpoint's sharding over several processes (tests/test_resume.py)",
           clears=("checkpointing",), needs_trainer=True, clears_in=("start",)),
