@@ -223,10 +223,10 @@ def prompts_for(comparisons: int, responses_per_prompt: int) -> int:
 
 
 def world_comparisons(config: PipelineConfig, run: RunDir, tokenizer, device: torch.device,
-                      cluster: Cluster = Cluster.single(), join=join_prompt_response, split=None,
+                      cluster: Cluster = Cluster.single(), join=join_prompt_response, split=first_for_training,
                       ) -> tuple[Comparisons, Comparisons, Comparisons]:
     """(train, held-out, gold) comparisons of stage-1 samples labelled by the world's labeler,
-    the first two as `split` (default: `first_for_training`) divides them."""
+    the first two as `split` divides them."""
     cfg = config.reward
     K = cfg.responses_per_prompt
     world = ReviewsWorld(config.world)
@@ -246,7 +246,7 @@ def world_comparisons(config: PipelineConfig, run: RunDir, tokenizer, device: to
         RowStreams(config.seed, ("reward", "gold-samples"), list(range(len(gold_prompts) * K))), cluster=cluster,
         join=join,
     )
-    train_rows, val_rows = (split or first_for_training)(n_train, n_val)
+    train_rows, val_rows = split(n_train, n_val)
     return labelled.select(train_rows), labelled.select(val_rows), gold
 
 
