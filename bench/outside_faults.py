@@ -866,17 +866,20 @@ def markers(batch: str) -> tuple[str, str]:
     return (START, END) if not batch else (f"<!-- outside faults {batch}:start -->", f"<!-- outside faults {batch}:end -->")
 
 
-def render_batch(out: Path, batch: str, commit: str, base: Path, label: str = "", seeds: list[int] = ()) -> str:
+def render_batch(out: Path, batch: str, commit: str, base: Path, label: str = "", seeds: list[int] = (),
+                 rescored: bool = False) -> str:
     """A later set's section: its bugs' rows (OUT/LABEL/ when rescored under a label), scored
     by the code at `commit`."""
     start, end = markers(f"{batch} {label}".strip())
     folder = out / label if label else out
     rows = [json.loads((folder / f"{name}.json").read_text()) for name, bug in BUGS.items()
             if bug.batch == batch and (folder / f"{name}.json").is_file()]
-    title = f"the set `{batch}` ({len(rows)})" + (f" rescored (`{label}`)" if label else "")
-    extra = (f" --rescore --as {label}" if label else "") + (f" --seeds {' '.join(map(str, seeds))}" if seeds else "")
+    title = (f"the set `{batch}`" if batch else "the first two sets") + f" ({len(rows)})" + (
+        f" rescored (`{label}`)" if label else "")
+    extra = ((f" --batch {batch}" if batch else "") + (" --rescore" if rescored else "")
+             + (f" --as {label}" if label else "") + (f" --seeds {' '.join(map(str, seeds))}" if seeds else ""))
     lines = [start, f"### Bugs outside the zoo: {title}, scored at commit {commit}", "",
-             f"Command: `python bench/outside_faults.py --base {base} --out runs/outside-faults --batch {batch}{extra} "
+             f"Command: `python bench/outside_faults.py --base {base} --out runs/outside-faults{extra} "
              "--doc docs/benchmarks.md` (2-core CPU, demo preset, seed 0), as the section above; the doctor and the "
              "checkup as they were at that commit."
              + (" A logged number moves when its last-quarter mean, averaged over the bug's runs at the seeds "
@@ -916,7 +919,7 @@ def main() -> None:
     parser.add_argument("--rescore", action="store_true", help="check and diagnose OUT's trained runs again")
     parser.add_argument("--batch", default="", help="a later set of bugs only (their own section of the doc)")
     parser.add_argument("--as", dest="label", default="",
-                        help="with --rescore: keep the rows in OUT/LABEL and the section apart from the first scoring")
+                        help="keep the rows in OUT/LABEL and the section apart from the first scoring")
     parser.add_argument("--seeds", type=int, nargs="*", default=[],
                         help="also rerun PPO at these seeds (the first: the runs' own) and say which logged numbers "
                              "each bug moves beyond the healthy seed spread")
@@ -926,13 +929,13 @@ def main() -> None:
     if not args.render_only:
         for name in args.only or [n for n, bug in BUGS.items() if bug.batch == args.batch]:
             run_bug(name, args.base, args.out, args.rescore, rows, args.seeds)
-    if args.doc is not None and args.batch:
+    if args.doc is not None and (args.batch or args.label):
         import subprocess
 
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                 text=True).stdout.strip()
         replace_section(args.doc, *markers(f"{args.batch} {args.label}".strip()),
-                        render_batch(args.out, args.batch, commit, args.base, args.label, args.seeds))
+                        render_batch(args.out, args.batch, commit, args.base, args.label, args.seeds, args.rescore))
     elif args.doc is not None:
         replace_section(args.doc, START, END, render(args.out))
 
