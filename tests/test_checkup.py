@@ -391,6 +391,26 @@ def evaluate_without_the_last_prompts(state, world, prompts, response_length, te
     return evaluate_policy(state, world, prompts[: len(prompts) // 4 * 4], response_length, temperature, streams)
 
 
+class PromptsShifted:
+    """The world, but each response's gold read against the next prompt."""
+
+    def __init__(self, world):
+        self.world = world
+
+    def gold(self, prompts, responses):
+        return self.world.gold(prompts[1:] + prompts[:1], responses)
+
+    def grammatical_rate(self, texts):
+        return self.world.grammatical_rate(texts)
+
+
+def evaluate_gold_against_other_prompts(state, world, prompts, response_length, temperature, streams):
+    """The held-out gold of each response read against another prompt."""
+    from rlhflab.ppo.evaluation import evaluate_policy
+
+    return evaluate_policy(state, PromptsShifted(world), prompts, response_length, temperature, streams)
+
+
 def restore_weights_only(directory, model, optimizer, controller):
     """Everything restored but Adam's moments, which start afresh."""
     from rlhflab.checkpoint import load_checkpoint
@@ -457,6 +477,7 @@ BROKEN = [
     (around.probe_reward_epochs_reshuffle, broken(reward_batches=reward_batches_seeded_afresh)),
     (around.probe_held_out_comparisons_apart, broken(comparison_split=comparison_split_overlapping)),
     (around.probe_evaluation_scores_every_prompt, broken(evaluate=evaluate_without_the_last_prompts)),
+    (around.probe_evaluation_scores_every_prompt, broken(evaluate=evaluate_gold_against_other_prompts)),
     (around.probe_resume_restores_what_was_saved, broken(restore=restore_weights_only)),
     (around.probe_prompts_change_between_iterations, broken(prompts=prompts_of_one_seed)),
     (around.probe_training_prompts_not_held_out, broken(prompts=prompts_from_the_held_out_part)),

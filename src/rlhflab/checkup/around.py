@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from rlhflab.checkpoint import ResumePoint, save_checkpoint
 from rlhflab.checkup.context import ProbeContext
 from rlhflab.checkup.results import ProbeResult, ProbeSkipped, within
 from rlhflab.data.batching import encode_sft
+from rlhflab.metrics.diversity import distinct_n, self_bleu
 from rlhflab.models.precision import autocast
 from rlhflab.ppo.kl import AdaptiveKLController
 from rlhflab.ppo.rollout import make_rollout
@@ -89,9 +91,10 @@ def probe_held_out_comparisons_apart(ctx: ProbeContext) -> ProbeResult:
 # --- the held-out evaluation ------------------------------------------------------------------------
 def probe_evaluation_scores_every_prompt(ctx: ProbeContext) -> ProbeResult:
     """The held-out evaluation (`evaluate`) of the policy on a few prompts, against their
-    rollout sampled from the same streams (the second path): its mean length, proxy reward
-    and KL must be those of every prompt it was given (an evaluation that drops a batch,
-    or scores other responses, differs)."""
+    rollout sampled from the same streams (the second path): its mean length, proxy reward,
+    KL, EOS rate, gold and grammaticality (on the world) and diversity must be those of every
+    prompt it was given and its response (an evaluation that drops a batch, scores other
+    responses or pairs a response with another prompt differs)."""
     cfg = ctx.config.ppo
     prompts = ctx.prompts[:10]
     streams = RowStreams(derive_seed(ctx.config.seed, "checkup", "evaluation"), ("eval",), list(range(len(prompts))))
@@ -103,9 +106,15 @@ def probe_evaluation_scores_every_prompt(ctx: ProbeContext) -> ProbeResult:
             metrics = {"error": f"{type(err).__name__}: {err}"}
         rollout, _ = make_rollout(ctx.state, prompts, streams.subset(list(range(len(prompts)))), cfg.response_length,
                                   cfg.temperature, NativeSampler(ctx.state.components.sample))
+    texts = rollout.responses
     expected = {"length_mean": float(rollout.mask.sum(1).double().mean()),
                 "proxy_mean": float(rollout.proxy.double().mean()),
-                "kl_mean": float((rollout.logprobs - rollout.ref_logprobs).sum(1).double().mean())}
+                "kl_mean": float((rollout.logprobs - rollout.ref_logprobs).sum(1).double().mean()),
+                "eos_rate": float(rollout.has_eos.double().mean()),
+                "distinct_2": distinct_n(texts, 2), "self_bleu": self_bleu(texts)}
+    if ctx.world is not None:
+        expected |= {"gold_mean": statistics.fmean(ctx.world.gold(prompts, texts)),
+                     "grammatical_rate": ctx.world.grammatical_rate([f"{p} {r}" for p, r in zip(prompts, texts)])}
     gaps = {k: abs(float(metrics.get(k, math.nan)) - v) / max(1.0, abs(v)) for k, v in expected.items()}
     worst = max(gaps, key=lambda k: gaps[k] if not math.isnan(gaps[k]) else math.inf)
     measured = gaps[worst] if not math.isnan(gaps[worst]) else math.inf
