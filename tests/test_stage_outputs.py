@@ -202,3 +202,41 @@ def test_ppo_logs_each_step_once_with_its_batch_and_the_gold_of_every_response(s
         assert math.isclose(record["response/eos_rate"], statistics.fmean(s["ended"] for s in rows), abs_tol=1e-9)
         assert math.isclose(record["prompts/unique_frac"], len({s["prompt"] for s in rows}) / len(rows), abs_tol=1e-12)
         assert all(prompt_split(s["prompt"]) != "heldout" for s in rows)
+
+
+def test_the_evaluation_summary_is_that_of_the_stage1_model_and_of_the_saved_policy(smoke_run):
+    """metrics/eval.json again, from the saved models, with the run's held-out prompts and
+    streams: the `stage1` entry is the stage-1 model's evaluation, the `policy` entry the
+    saved policy's (against the same reference)."""
+    from rlhflab.ppo.components import PPOComponents
+    from rlhflab.ppo.state import load_ppo_state
+    from rlhflab.seeding import RowStreams
+    from rlhflab.sources import context_length, policy_dir, prompt_task
+
+    summary = json.loads((smoke_run.root / "metrics" / "eval.json").read_text())
+    state = load_ppo_state(CONFIG, smoke_run, PPOComponents())
+    try:
+        task = prompt_task(CONFIG, state.tokenizer, context_length(policy_dir(CONFIG, smoke_run), CONFIG))
+        streams = RowStreams(CONFIG.ppo_seed, ("eval-sampling",), list(range(len(task.eval_prompts))))
+
+        def evaluate() -> dict:
+            return state.components.evaluate(state, task.world, task.eval_prompts, CONFIG.ppo.response_length,
+                                             CONFIG.ppo.temperature, streams)
+
+        for name, weights in (("stage1", None), ("policy", load_causal_lm(smoke_run.stage3_policy).state_dict())):
+            if weights is not None:
+                state.policy.lm.load_state_dict(weights)
+            again = evaluate()
+            assert again.keys() == summary[name].keys()
+            for key, value in again.items():
+                assert math.isclose(value, summary[name][key], rel_tol=1e-4, abs_tol=1e-5), (name, key)
+    finally:
+        state.sampler.close()
+
+
+def test_the_saved_corpus_sample_is_the_first_training_texts(smoke_run):
+    from rlhflab.sources import context_length, sft_data, stage1_tokenizer
+
+    data = sft_data(CONFIG, stage1_tokenizer(CONFIG), context_length(None, CONFIG))
+    saved = (smoke_run.world / "corpus_sample.txt").read_text(encoding="utf-8").splitlines()
+    assert saved == [completion for _, completion in data.train[:200]]
