@@ -86,3 +86,15 @@ def test_responses_of_one_length_log_no_length_correlation():
 
     m = rollout_metrics(replace(rollout, mask=full), adv, kl_coef=0.05)
     assert "reward/length_corr" not in m
+
+
+def test_the_reward_is_the_standardised_score_less_the_penalty_of_a_response_without_eos():
+    from rlhflab.ppo.components import standardise
+    from rlhflab.ppo.reward import RewardFunction
+
+    raw = torch.tensor([1.0, -2.0, 0.5])
+    reward = RewardFunction(None, 0.5, 2.0, True, 1.5, lambda model, ids, mask: raw, standardise, None)
+    proxy, scores = reward(torch.zeros((3, 4), dtype=torch.long), torch.ones((3, 4), dtype=torch.bool),
+                           torch.tensor([True, False, True]))
+    assert proxy.tolist() == [0.25, -1.25, 0.0]
+    assert scores.tolist() == [0.25, -2.75, 0.0]  # only the response without EOS pays
