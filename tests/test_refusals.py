@@ -38,3 +38,14 @@ def test_the_math_refuses_what_it_cannot_compute(case):
     with pytest.raises(error) as raised:
         call()
     assert str(raised.value)  # says what was wrong
+
+
+def test_sampling_over_two_processes_refuses_one_shared_generator():
+    from rlhflab.distributed import Cluster
+    from rlhflab.models.sampling import sample_responses, sample_share
+    from rlhflab.worlds.reviews import ReviewsWorld
+
+    tokenizer = ReviewsWorld().tokenizer()
+    with pytest.raises(ValueError, match="one random stream per row"):
+        sample_share(sample_responses, torch.nn.Linear(2, 2), tokenizer, ["the film", "the plot"], 4, 1.0,
+                     torch.Generator().manual_seed(0), Cluster(0, 2))
