@@ -26,7 +26,7 @@ NOT_WALKED = ("<!-- not walked:start -->", "<!-- not walked:end -->")
 COUNTS = ("<!-- checklist counts:start -->", "<!-- checklist counts:end -->")
 REASONS = ("logging", "timing", "progress display")  # the closed list: what reaches no file, input or loss
 # The functions not walked yet may only become fewer; lower this as rows are written.
-NOT_WALKED_AT_MOST = 618
+NOT_WALKED_AT_MOST = 549
 # Names in backticks that are not probes: settings, a clue and a rule of the doctor, a statement.
 NOT_PROBES = {"entropy_coef", "negative_entropy_coef", "first_ratio_not_one", "full_weights"}
 
@@ -39,8 +39,8 @@ def _between(text: str, markers: tuple[str, str]) -> str:
 def checklist() -> dict[tuple[str, str], str]:
     rows = {}
     for line in _between(CHECKLIST.read_text(), ROWS).strip().splitlines()[2:]:
-        function, statement, held = (cell.strip() for cell in line.strip().strip("|").split(" | ", 2))
-        key = (function.strip("`"), statement.strip("`"))
+        function, statement, held = (cell.strip().replace("\\|", "|") for cell in line.strip().strip("|").split(" | ", 2))
+        key = (function.strip("`"), statement.strip("`"))  # a `|` inside a cell is written `\|`
         assert key not in rows, f"docs/checklist.md: the row {key} twice"
         rows[key] = held
     return rows
