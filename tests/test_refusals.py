@@ -49,3 +49,12 @@ def test_sampling_over_two_processes_refuses_one_shared_generator():
     with pytest.raises(ValueError, match="one random stream per row"):
         sample_share(sample_responses, torch.nn.Linear(2, 2), tokenizer, ["the film", "the plot"], 4, 1.0,
                      torch.Generator().manual_seed(0), Cluster(0, 2))
+
+
+def test_a_line_of_a_runs_own_log_that_is_not_json_is_named_by_its_number(tmp_path):
+    from rlhflab.runs import read_jsonl
+
+    log = tmp_path / "ppo.jsonl"
+    log.write_text('{"step": 0}\n\n{"step": 1\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"ppo.jsonl:3: invalid JSON"):
+        read_jsonl(log)

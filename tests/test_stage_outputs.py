@@ -240,3 +240,19 @@ def test_the_saved_corpus_sample_is_the_first_training_texts(smoke_run):
     data = sft_data(CONFIG, stage1_tokenizer(CONFIG), context_length(None, CONFIG))
     saved = (smoke_run.world / "corpus_sample.txt").read_text(encoding="utf-8").splitlines()
     assert saved == [completion for _, completion in data.train[:200]]
+
+
+def test_the_tensorboard_mirror_holds_every_logged_number(smoke_run):
+    """RUN/tensorboard/STAGE holds the scalars of metrics/STAGE.jsonl, step by step (float32)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for stage in ("pretrain", "reward", "ppo"):
+        events = EventAccumulator(str(smoke_run.tensorboard(stage)), size_guidance={"scalars": 0})
+        events.Reload()
+        logged = read_jsonl(smoke_run.metrics(stage))
+        for key in {k for r in logged for k in r} - {"step"}:
+            expected = [(r["step"], r[key]) for r in logged if key in r and r[key] is not None]
+            mirrored = [(e.step, e.value) for e in events.Scalars(key)]
+            assert [s for s, _ in mirrored] == [s for s, _ in expected], (stage, key)
+            assert all(math.isclose(m, v, rel_tol=1e-6, abs_tol=1e-30) or (math.isnan(m) and math.isnan(v))
+                       for (_, m), (_, v) in zip(mirrored, expected)), (stage, key)
