@@ -26,7 +26,7 @@ NOT_WALKED = ("<!-- not walked:start -->", "<!-- not walked:end -->")
 COUNTS = ("<!-- checklist counts:start -->", "<!-- checklist counts:end -->")
 REASONS = ("logging", "timing", "progress display")  # the closed list: what reaches no file, input or loss
 # The functions not walked yet may only become fewer; lower this as rows are written.
-NOT_WALKED_AT_MOST = 504
+NOT_WALKED_AT_MOST = 421
 # Names in backticks that are not probes: settings, a clue and a rule of the doctor, a statement.
 NOT_PROBES = {"entropy_coef", "negative_entropy_coef", "first_ratio_not_one", "full_weights"}
 
