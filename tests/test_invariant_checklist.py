@@ -26,7 +26,7 @@ NOT_WALKED = ("<!-- not walked:start -->", "<!-- not walked:end -->")
 COUNTS = ("<!-- checklist counts:start -->", "<!-- checklist counts:end -->")
 REASONS = ("logging", "timing", "progress display")  # the closed list: what reaches no file, input or loss
 # The functions not walked yet may only become fewer; lower this as rows are written.
-NOT_WALKED_AT_MOST = 421
+NOT_WALKED_AT_MOST = 370
 # Names in backticks that are not probes: settings, a clue and a rule of the doctor, a statement.
 NOT_PROBES = {"entropy_coef", "negative_entropy_coef", "first_ratio_not_one", "full_weights"}
 
@@ -57,6 +57,7 @@ def graph():
 
 def test_every_function_on_the_default_path_is_walked_or_listed_as_not_yet(graph):
     walked = {function for function, _ in checklist()}
+    walked |= {name for name, f in graph.items() if not function_statements(f)}  # a docstring only: nothing to hold
     pending = not_walked()
     assert len(pending) == len(set(pending))
     assert not walked - set(graph), f"rows for functions off the default path: {sorted(walked - set(graph))}"
