@@ -58,3 +58,15 @@ def test_a_line_of_a_runs_own_log_that_is_not_json_is_named_by_its_number(tmp_pa
     log.write_text('{"step": 0}\n\n{"step": 1\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"ppo.jsonl:3: invalid JSON"):
         read_jsonl(log)
+
+
+def test_a_rule_is_registered_once_and_only_from_a_rule_family():
+    from rlhflab.doctor.rules.registry import rule
+
+    def detect(table):
+        return None
+
+    with pytest.raises(ValueError, match="registered twice"):
+        rule("kl_negative", "exploding_kl")(detect)
+    with pytest.raises(ValueError, match="is not a rule family"):
+        rule("a_new_rule_outside_the_families", "exploding_kl")(detect)
