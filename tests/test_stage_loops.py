@@ -13,7 +13,9 @@ import torch
 
 from rlhflab.config import load_config
 from rlhflab.data.batching import encode_sft
+from rlhflab.models.lm import load_causal_lm
 from rlhflab.models.lm_loss import lm_loss
+from rlhflab.models.sampling import sample_share
 from rlhflab.ppo.components import PPOComponents
 from rlhflab.runs import RunDir, read_jsonl
 from rlhflab.sources import context_length, sft_data, stage1_tokenizer
@@ -34,6 +36,7 @@ class Watched:
         self.calls, self.validation_modes = [], []
 
     def __call__(self, model, ids, mask, targets):
+        self.model = model
         if not torch.is_grad_enabled():  # the validation loss, not a step
             self.validation_modes.append(model.training)
             return lm_loss(model, ids, mask, targets)
@@ -51,12 +54,24 @@ class Watched:
 
 
 @pytest.fixture(scope="module")
-def watched_stage1(tmp_path_factory):
+def watched_stage1(tmp_path_factory, monkeypatch_module):
+    import rlhflab.stages.pretrain as pretrain_stage
+
     config = load_config("smoke", overrides=OVERRIDES)
     run = RunDir(tmp_path_factory.mktemp("stage1") / "run")
     run.create()
     objective = Watched()
+    sampled = []  # the models the grammaticality samples come from, and their mode
+
+    def recording_share(sample, lm, *args, **kwargs):
+        sampled.append((lm, lm.training))
+        return sample_share(sample, lm, *args, **kwargs)
+
+    monkeypatch_module.setattr(pretrain_stage, "sample_share", recording_share)
     run_pretrain(config, run, show_progress=False, components=PPOComponents(lm_loss=objective))
+    # the grammatical rate logged with each validation is of samples of the model being trained, dropout off
+    logged = [r for r in read_jsonl(run.metrics("pretrain")) if "lm/grammatical_rate" in r]
+    assert len(sampled) == len(logged) > 1 and all(lm is objective.model and not training for lm, training in sampled)
     tokenizer = stage1_tokenizer(config)
     context = context_length(None, config)
     ids, mask, targets = encode_sft(tokenizer, sft_data(config, tokenizer, context).train, context)
@@ -133,11 +148,22 @@ def watched_stage2(watched_stage1, monkeypatch_module):
         epochs.append([b.tolist() for b in drawn])
         return drawn
 
+    sampled = []
+
+    def recording_share(sample, lm, *args, **kwargs):
+        sampled.append(({k: v.clone() for k, v in lm.state_dict().items()}, lm.training))
+        return sample_share(sample, lm, *args, **kwargs)
+
     monkeypatch_module.setattr(reward_stage, "Scorer", RecordingScorer)
+    monkeypatch_module.setattr(reward_stage, "sample_share", recording_share)
     reward_stage.run_reward(config, run, show_progress=False, components=Components(reward_batches=batches))
     train, _, _ = reward_stage.world_comparisons(config, run, load_tokenizer(run.stage1_lm), torch.device("cpu"))
     # dropout (the stage-1 model's 0.1) on in every step, off in every evaluation and the final scores
     assert all(modes[True]) and modes[False] and not any(modes[False])
+    # the comparisons' responses are samples of the saved stage-1 model, dropout off
+    saved = load_causal_lm(run.stage1_lm).state_dict()
+    assert sampled and all(not training and all(torch.equal(weights[k], saved[k]) for k in saved)
+                           for weights, training in sampled)
     return config, train, forwards, epochs
 
 
