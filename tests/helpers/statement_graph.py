@@ -191,12 +191,11 @@ class Graph:
                     continue
                 seen.add(item)
                 todo += self.registered.get(item, [])  # a registry's decorator reaches what it registered
-                body = ast.Module(body=item.node.body + item.node.args.defaults + item.node.args.kw_defaults
-                                  + item.node.decorator_list, type_ignores=[])
-                todo += self.references(item.module, ast.Module(
-                    body=[n for n in body.body if n is not None and isinstance(n, ast.stmt)]
-                    + [ast.Expr(n) for n in body.body if n is not None and not isinstance(n, ast.stmt)],
-                    type_ignores=[]))
+                # its body, default values and decorators; not its annotations (a type named is no call)
+                args = item.node.args
+                for part in [*item.node.body, *args.defaults, *args.kw_defaults, *item.node.decorator_list]:
+                    if part is not None:
+                        todo += self.references(item.module, part)
             else:
                 owner, value = item
                 if id(value) not in read:
