@@ -159,3 +159,30 @@ def test_the_graph_follows_calls_imports_components_methods_and_registries():
     reached = {f.name for f in Graph(modules_from_sources(sources)).reachable("pkg.pipeline", "run_pipeline")}
     assert reached == {"pkg.pipeline.run_pipeline", "pkg.parts.helper", "pkg.parts.Parts.go",
                        "pkg.impl.default_step", "pkg.rules.a_rule", "pkg.rules.rule"}
+
+
+@pytest.mark.slow
+def test_every_function_the_smoke_pipeline_calls_is_on_the_static_graph(graph, tmp_path):
+    """A second path to the call graph: the functions a real smoke run calls, recorded as
+    they are entered, are all among those the syntax trees reach."""
+    import sys
+
+    from rlhflab.config import load_config
+    from rlhflab.pipeline import run_pipeline
+
+    package = str(ROOT / "src" / "rlhflab")
+    called = set()
+
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if event == "call" and code.co_filename.startswith(package) and "<" not in code.co_qualname:
+            module = code.co_filename[len(package) + 1:].removesuffix(".py").removesuffix("/__init__")
+            called.add(f"{module.replace('/', '.')}.{code.co_qualname}")
+
+    config = load_config("smoke")  # read before the run starts: not on its path
+    sys.setprofile(profile)
+    try:
+        run_pipeline(config, tmp_path / "run", show_progress=False)
+    finally:
+        sys.setprofile(None)
+    assert called and not called - set(graph), sorted(called - set(graph))
