@@ -678,6 +678,13 @@ def rank_of(diagnosis, component: str) -> int | None:
     return ranked.index(component) + 1 if component in ranked else None
 
 
+def _trained_seconds(out: Path, rows: Path | None, name: str) -> float:
+    """The training time of a rescored bug: from its first row, or from the labelled rows it
+    was trained under."""
+    first = out / f"{name}.json"
+    return json.loads((first if first.is_file() else (rows or out) / f"{name}.json").read_text())["seconds"]
+
+
 def run_bug(name: str, base: Path, out: Path, rescore: bool = False, rows: Path | None = None,
             seeds: list[int] | None = None) -> dict:
     """Train (unless `rescore`), check and diagnose the bug `name` on seed 0; its row goes to
@@ -707,8 +714,7 @@ def run_bug(name: str, base: Path, out: Path, rescore: bool = False, rows: Path 
            "metric_findings": [f.rule for f in diagnosis.findings if f.rule != CHECKUP_RULE],
            "first": first_component(diagnosis), "log_only_first": first_component(log_only),
            "rank": rank_of(diagnosis, bug.component), "rank_before_checkup": rank_of(metrics_view, bug.component),
-           "seconds": json.loads((out / f"{name}.json").read_text())["seconds"] if rescore
-           else time.perf_counter() - start}
+           "seconds": _trained_seconds(out, rows, name) if rescore else time.perf_counter() - start}
     if seeds:
         row |= {"seeds": seeds, "moved": moved_metrics(name, base, out, seeds)}
     rows = rows or out
