@@ -421,6 +421,18 @@ def restore_weights_only(directory, model, optimizer, controller):
     return point
 
 
+def sample_cut_rows_rewritten(model, prompt_ids, prompt_mask, max_new_tokens, temperature, eos_id, pad_id, generator):
+    """A response cut at the length limit gets its last token replaced by the one before it
+    (a detokenise/retokenise round trip that merged them), after its logprob was recorded."""
+    from rlhflab.models.sampling import Samples, sample_responses
+
+    s = sample_responses(model, prompt_ids, prompt_mask, max_new_tokens, temperature, eos_id, pad_id, generator)
+    ids = s.response_ids.clone()
+    if ids.shape[1] > 1:
+        ids[~s.has_eos, -1] = ids[~s.has_eos, -2]
+    return Samples(ids, s.mask, s.logprobs, s.has_eos)
+
+
 def prompts_of_one_seed(world, n, seed):
     """The same batch at every iteration."""
     return world.prompts(n, 0)
@@ -432,6 +444,7 @@ def prompts_from_the_held_out_part(world, n, seed):
 
 # (probe, a broken implementation of what it guards)
 BROKEN = [
+    (logprobs.probe_cut_responses_keep_what_was_sampled, broken(sample=sample_cut_rows_rewritten)),
     (logprobs.probe_kl_zero_before_update, broken(make_reference=reference_perturbed)),
     (logprobs.probe_first_ratio_is_one, broken(response_logits=logits_with_noise)),
     (logprobs.probe_sampled_logprobs_match, broken(response_logits=logits_with_a_bias)),

@@ -13,6 +13,8 @@ from rlhflab.checkup.context import ProbeContext
 from rlhflab.checkup.results import FORWARD_TOLERANCES, ProbeResult, forward_within, within
 from rlhflab.data.batching import join_prompt_response
 from rlhflab.models.forward import response_logprobs
+from rlhflab.ppo.rollout import make_rollout
+from rlhflab.seeding import torch_generator
 
 
 def probe_kl_zero_before_update(ctx: ProbeContext) -> ProbeResult:
@@ -70,6 +72,26 @@ def probe_sampled_logprobs_match(ctx: ProbeContext) -> ProbeResult:
         return replace(result, component="sampling", detail=result.detail + f"; only at the last token of "
                        f"{int(at_last.sum())} responses: tokens written after sampling")
     return result
+
+
+CUT_LENGTH = 2  # tokens: short enough that most responses are cut before their EOS
+
+
+@torch.no_grad()
+def probe_cut_responses_keep_what_was_sampled(ctx: ProbeContext) -> ProbeResult:
+    """Responses sampled under a limit of CUT_LENGTH tokens, so that most are cut before
+    their EOS, which the run's own rollouts seldom are: each real token's recorded logprob
+    must be the training forward's for that very token. A sampler that writes a token into
+    a cut response after drawing it (an EOS forced onto it, counted as ended) breaks it
+    there, where responses that end on their own never show it."""
+    rollout, _ = make_rollout(ctx.state, ctx.prompts, torch_generator(ctx.config.seed, "checkup", "cut",
+                                                                      *ctx.where.seed_names), CUT_LENGTH)
+    real = rollout.mask
+    cut = int((real.sum(1) == CUT_LENGTH).sum())
+    gap = float((rollout.sampled_logprobs - rollout.logprobs).abs().masked_fill(~real, 0.0).max())
+    return forward_within("cut_responses_keep_what_was_sampled", "sampling", gap, ctx.dtype,
+                          f"max |logprob at sampling - logprob in the training forward| over {len(real)} responses "
+                          f"limited to {CUT_LENGTH} tokens ({cut} of them at the limit)")
 
 
 def alone_and_batched(ctx: ProbeContext, rows: int = 4):

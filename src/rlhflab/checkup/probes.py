@@ -193,6 +193,10 @@ PROBES: tuple[Probe, ...] = (
           "a reward-model schedule that does not peak at the configured rate early or ends high (sized for other "
           "steps)", "the rate's value (the settings)", needs_trainer=True),
     # sampling and prompts
+    Probe(logprobs.probe_cut_responses_keep_what_was_sampled, 3,
+          "a token written into a response cut at the length limit after it was sampled (an EOS forced onto it)",
+          "a sampler and a training forward wrong in the same way (the sampled-logprobs probe's blind spot)",
+          clears=("sampling",), clears_in=("start",), reads=("logprob_bookkeeping",)),
     Probe(data.probe_responses_end, 3, "a sampler whose responses do not end (EOS unreachable, a length too short)",
           "a sampler that ends responses but samples the wrong distribution (the sampled-logprobs probe, which clears "
           "sampling with it, sees some of that)", clears=("sampling",),

@@ -51,6 +51,8 @@ FORWARD_TOLERANCES: dict[str, dict[torch.dtype, float]] = {
     "reference_is_the_starting_model": {torch.float32: 1e-5, torch.bfloat16: 1e-5},  # one forward path, one model
     "old_logprobs_are_the_rollouts": {torch.float32: 1e-6, torch.bfloat16: 1e-6},  # copies: exact in both
     "sampled_logprobs_match_training_forward": {torch.float32: 1e-4, torch.bfloat16: 0.25},
+    # the same comparison on responses cut by a short length limit
+    "cut_responses_keep_what_was_sampled": {torch.float32: 1e-4, torch.bfloat16: 0.25},
     "logprob_padding_invariance": {torch.float32: 1e-4, torch.bfloat16: 0.05},
     "reward_padding_invariance": {torch.float32: 1e-4, torch.bfloat16: 0.05},
     "reward_padding_side_invariance": {torch.float32: 1e-4, torch.bfloat16: 0.05},
