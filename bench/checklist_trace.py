@@ -10,6 +10,11 @@ and execute the fewest other lines of the doctor (the most specific), or "open: 
     python bench/checklist_trace.py [--out runs/checklist-trace.json] [--tests tests/...]
     python bench/checklist_trace.py --trace runs/checklist-trace.json --check
     python bench/checklist_trace.py --trace runs/checklist-trace.json --rows doctor.rules.kl.kl_negative
+    python bench/checklist_trace.py --mutate 30 [--seed 0]
+
+`--mutate N` measures how much a traced row holds: for N traced `if` statements drawn at
+random, it turns the condition's first comparison around (`<` into `>=`, `==` into `!=`,
+...), runs the tests the row cites, and counts the mutants they kill.
 
 The tracing run takes about ten minutes on two cores (the tests that train included); run
 it alone.
@@ -136,6 +141,42 @@ def check(hits: dict[str, list[str]]) -> list[str]:
     return stale
 
 
+FLIPS = [(" <= ", " > "), (" >= ", " < "), (" == ", " != "), (" != ", " == "), (" < ", " >= "), (" > ", " <= ")]
+
+
+def mutate(n: int, seed: int) -> tuple[int, list[str]]:
+    """(killed, lines): N traced `if` statements with a comparison, each turned around in
+    its source and its cited tests run against it; the file restored after each."""
+    import random
+    import subprocess
+
+    from test_invariant_checklist import checklist
+
+    graph = {f.name: f for f in default_pipeline()}
+    candidates = []
+    for (function, statement), held in sorted(checklist().items()):
+        if "(run by;" in held and statement.startswith("if ") and any(a in statement for a, _ in FLIPS):
+            candidates.append((function, statement, sorted(set(TRACED.findall(held)))))
+    killed, lines = 0, []
+    for function, statement, tests in random.Random(seed).sample(candidates, min(n, len(candidates))):
+        path = Path(_path(graph[function]))
+        source = path.read_text(encoding="utf-8")
+        number = min(_statements(graph[function])[statement]) - 1
+        rows = source.splitlines(keepends=True)
+        old, new = next((a, b) for a, b in FLIPS if a in rows[number])
+        rows[number] = rows[number].replace(old, new, 1)
+        try:
+            path.write_text("".join(rows), encoding="utf-8")
+            run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=600)
+        finally:
+            path.write_text(source, encoding="utf-8")
+        dead = run.returncode != 0
+        killed += dead
+        lines.append(f"{'killed' if dead else 'LIVED '} {function}: `{statement}` ({old.strip()} -> {new.strip()})")
+    return killed, lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tests", nargs="*", default=DOCTOR_TESTS)
@@ -143,7 +184,13 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, help="a trace written before (no tests run)")
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--rows", nargs="*", default=None)
+    parser.add_argument("--mutate", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.mutate:
+        killed, lines = mutate(args.mutate, args.seed)
+        print("\n".join(lines) + f"\nkilled {killed} of {len(lines)}")
+        return
     if args.trace:
         hits = json.loads(args.trace.read_text())
     else:
