@@ -5,7 +5,15 @@ import pytest
 
 from rlhflab.doctor.rules.responses import PROMPT_UNIQUE_LIMIT, REPEATED_PROMPTS
 from rlhflab.doctor.rules.reward_model import RM_LENGTH_CORR_LIMIT, RM_SCORES_LENGTH, RM_VAL_ACC_LIMIT, RM_WEAK
-from rlhflab.doctor.rules.update import ADV_STD_LIMIT, FIRST_UPDATE_LIMIT, LARGE_FIRST_UPDATE, UNSCALED_REWARDS
+from rlhflab.doctor.rules.update import (
+    ADV_STD_LIMIT,
+    APPROXKL_LIMIT,
+    CLIPFRAC_LIMIT,
+    FIRST_UPDATE_LIMIT,
+    LARGE_FIRST_UPDATE,
+    LARGE_UPDATES,
+    UNSCALED_REWARDS,
+)
 from rlhflab.doctor.table import MetricTable
 
 
@@ -23,6 +31,10 @@ CASES = {
                            [FIRST_UPDATE_LIMIT.value - 1, 100.0], "ppo_hyperparameters"),
     "unscaled_rewards": (UNSCALED_REWARDS, "adv/std", [ADV_STD_LIMIT.value * 2] * 4, [ADV_STD_LIMIT.value / 2] * 4,
                          "reward_scaling"),
+    "large_updates (approx-KL)": (LARGE_UPDATES, "policy/approxkl", [APPROXKL_LIMIT.value * 2] * 4,
+                                  [APPROXKL_LIMIT.value / 2] * 4, "ppo_hyperparameters"),
+    "large_updates (clip fraction)": (LARGE_UPDATES, "policy/clipfrac", [CLIPFRAC_LIMIT.value + 0.2] * 4,
+                                      [CLIPFRAC_LIMIT.value - 0.2] * 4, "ppo_hyperparameters"),
     "repeated_prompts": (REPEATED_PROMPTS, "prompts/unique_frac", [PROMPT_UNIQUE_LIMIT.value / 2] * 12,
                          [PROMPT_UNIQUE_LIMIT.value + 0.3] * 12, "prompt_data"),
 }
