@@ -192,6 +192,8 @@ def main() -> None:
         print("\n".join(lines) + f"\nkilled {killed} of {len(lines)}")
         return
     if args.trace:
+        if not args.trace.is_file():
+            parser.error(f"{args.trace}: no such trace; write one first (without --trace)")
         hits = json.loads(args.trace.read_text())
     else:
         hits = trace(args.tests)

@@ -32,7 +32,6 @@ class Function:
 @dataclass
 class Module:
     name: str
-    tree: ast.Module
     functions: dict[str, Function] = field(default_factory=dict)  # top-level, by name
     classes: dict[str, list[Function]] = field(default_factory=dict)  # methods, by class name
     imported: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # local -> (module, name)
@@ -65,7 +64,7 @@ def modules_from_sources(sources: dict[tuple[str, bool], str]) -> dict[str, Modu
     modules = {}
     for (name, is_package), source in sources.items():
         tree = ast.parse(source)
-        module = Module(name, tree)
+        module = Module(name)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 origin = _absolute(name, node, is_package)
